@@ -1,0 +1,1 @@
+"""Orchestrator: turn loop, word segmentation, text normalisation, latency records, CLI."""

@@ -1,0 +1,1 @@
+"""Playback (sounddevice), WAV and null sinks, crossfade."""

@@ -1,0 +1,1 @@
+"""Token streams: Ollama (official client), the embedded local model, replay scripts."""

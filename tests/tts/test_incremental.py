@@ -1,0 +1,127 @@
+"""Streaming primitives must compute exactly what the full forward pass computes."""
+import pytest
+import torch
+
+from tests.conftest import flatten_words, tiny_config
+from tts.incremental import DecoderState, IncrementalEncoder, decode_step
+from tts.model import S5TTS, teacher_forcing
+
+
+def _random_words(generator: torch.Generator, n: int) -> list[list[int]]:
+    return [torch.randint(3, 64, (int(torch.randint(1, 6, (1,), generator=generator)),), generator=generator).tolist() for _ in range(n)]
+
+
+@pytest.mark.parametrize("lookahead", [2, 1, 0, None])
+def test_incremental_decoding_equals_full_forward(lookahead):
+    g = torch.Generator().manual_seed(7)
+    model = S5TTS(tiny_config(lookahead)).eval()
+    words = _random_words(g, 12)
+    tokens, word_ids = flatten_words(words)
+    S = 120  # 121 decoder steps including the EOS step
+    codes = torch.randint(0, 20, (1, 3, S), generator=g)
+    step_words = torch.sort(torch.randint(1, len(words) + 1, (S + 1,), generator=g)).values
+    inputs, _, _ = teacher_forcing(codes, torch.tensor([S]), model.config.bos_id, model.config.eos_id)
+    with torch.no_grad():
+        memory = model.memory_slots(model.encode(tokens, word_ids), word_ids)
+        full = model.decode(inputs, memory, step_words[None], return_alignment=True)
+
+    # stream: push words only as each step needs them (word A(s)+k, all of them in T5 mode), as a live LLM would
+    encoder, decoder = IncrementalEncoder(model), DecoderState(model)
+    pushed, logits, attention = 0, [], []
+    for s in range(S + 1):
+        needed = len(words) if lookahead is None else min(len(words), int(step_words[s]) + lookahead)
+        while pushed < needed:
+            encoder.push_word(words[pushed])
+            pushed += 1
+        if pushed == len(words):
+            encoder.end()
+        decoder.add_slots(encoder.read_slots())
+        out = decode_step(decoder, inputs[0, :, s : s + 1], step_words[s : s + 1])
+        logits.append(out.logits[0])
+        attention.append(out.token_attention[0])
+    diff = (torch.stack(logits) - full.logits[0]).abs().max().item()
+    assert diff <= 1e-4, f"incremental logits differ from the full pass by {diff}"
+    # the newest step's cross-attention is a distribution over the tokens received so far, none past A(s)+k
+    last = attention[-1]
+    assert len(last) == tokens.shape[1] and abs(float(last.sum()) - 1.0) < 1e-5
+    if lookahead is not None:
+        early = attention[0]
+        beyond = word_ids[0, : len(early)] > int(step_words[0]) + lookahead
+        assert float(early[beyond].sum()) == 0.0
+
+
+@pytest.mark.parametrize("lookahead", [2, None])
+def test_prefill_equals_stepwise(lookahead):
+    """A reference prompt is fed as one multi-frame call; it must equal feeding frames one by one."""
+    g = torch.Generator().manual_seed(3)
+    model = S5TTS(tiny_config(lookahead)).eval()
+    words = _random_words(g, 6)
+    codes = torch.randint(0, 20, (3, 40), generator=g)
+    step_words = torch.sort(torch.randint(1, 7, (40,), generator=g)).values
+    outputs = []
+    for chunk in (40, 1):
+        encoder, decoder = IncrementalEncoder(model), DecoderState(model)
+        for w in words:
+            encoder.push_word(w)
+        encoder.end()
+        decoder.add_slots(encoder.read_slots())
+        outputs.append(torch.cat([decode_step(decoder, codes[:, i : i + chunk], step_words[i : i + chunk]).logits for i in range(0, 40, chunk)]))
+    assert (outputs[0] - outputs[1]).abs().max() <= 1e-4
+
+
+def test_encoder_slots_match_full_encoder_versions():
+    model = S5TTS(tiny_config(2)).eval()
+    g = torch.Generator().manual_seed(5)
+    words = _random_words(g, 7)
+    tokens, word_ids = flatten_words(words)
+    with torch.no_grad():
+        full = model.encode(tokens, word_ids)[0]  # (T, J, C)
+    encoder = IncrementalEncoder(model)
+    seen = 0
+    for i, w in enumerate(words, start=1):
+        encoder.push_word(w)
+        update = encoder.read_slots()
+        # append-only: each push makes exactly the slots whose horizon is the new word
+        assert torch.all(update.words + update.versions == i)
+        seen += len(update.words)
+    encoder.end()
+    update = encoder.read_slots()
+    assert torch.all(update.words + update.versions >= len(words) + 1)
+    seen += len(update.words)
+    assert seen == tokens.shape[1] * 3  # every (token, version) exactly once
+    assert encoder.read_slots() is None
+
+
+def test_encoder_never_recomputes_finished_words():
+    model = S5TTS(tiny_config(2)).eval()
+    encoder = IncrementalEncoder(model)
+    encoder.push_word([5, 6, 7])
+    first_word_keys = encoder.lower_k[0][:, :, :4].clone()  # BOS + 3 tokens
+    for w in ([8], [9, 10], [11]):
+        encoder.push_word(w)
+    assert torch.equal(encoder.lower_k[0][:, :, :4], first_word_keys)
+    assert encoder.num_words == 4
+
+
+def test_states_are_per_utterance():
+    """Two utterances decoded one after another on one model give identical results: nothing carries over."""
+    model = S5TTS(tiny_config(2)).eval()
+    words = [[5, 6], [7], [8, 9, 10], [11]]
+    runs = []
+    for _ in range(2):
+        encoder, decoder = IncrementalEncoder(model), DecoderState(model)
+        for w in words:
+            encoder.push_word(w)
+        encoder.end()
+        decoder.add_slots(encoder.read_slots())
+        runs.append(decode_step(decoder, torch.full((3, 1), model.config.bos_id), torch.tensor([1])).logits)
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_push_after_end_and_empty_word_are_refused():
+    encoder = IncrementalEncoder(S5TTS(tiny_config(2)).eval())
+    with pytest.raises(ValueError):
+        encoder.push_word([])
+    encoder.end()
+    with pytest.raises(RuntimeError):
+        encoder.push_word([4])

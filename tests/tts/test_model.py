@@ -1,0 +1,99 @@
+import pytest
+import torch
+
+from tests.conftest import tiny_config
+from tts.config import ModelConfig, from_dict, load_model_config
+from tts.losses import codebook_cross_entropy
+from tts.model import S5TTS, Batch, teacher_forcing
+
+
+def _count(config: ModelConfig) -> int:
+    with torch.device("meta"):
+        return S5TTS(config).num_parameters()
+
+
+def test_paper_config_has_about_160m_parameters():
+    config = load_model_config("s5_paper")
+    assert (config.encoder_layers, config.decoder_layers, config.d_model, config.d_ffn, config.n_heads) == (4, 8, 768, 4096, 8)
+    assert (config.num_codebooks, config.codebook_size, config.dropout) == (8, 1000, 0.1)
+    assert 150e6 <= _count(config) <= 170e6
+
+
+def test_t5_and_s5_share_one_architecture():
+    s5, t5 = load_model_config("s5_default"), load_model_config("t5_default")
+    assert s5.lookahead_words == 2 and t5.lookahead_words is None
+    assert _count(s5) == _count(t5) < _count(load_model_config("s5_paper"))
+
+
+def test_unknown_config_keys_are_refused():
+    with pytest.raises(ValueError, match="unknown ModelConfig keys: d_modle"):
+        from_dict(ModelConfig, {"d_modle": 3})
+    with pytest.raises(ValueError):
+        ModelConfig(alignment_layers=[9])
+
+
+def test_teacher_forcing_layout():
+    codes = torch.tensor([[[4, 5, 6]]])
+    inputs, targets, valid = teacher_forcing(codes, torch.tensor([2]), bos=10, eos=11)
+    assert inputs.tolist() == [[[10, 4, 5, 6]]]
+    assert targets[0, 0, :3].tolist() == [4, 5, 11]
+    assert valid.tolist() == [[True, True, True, False]]
+
+
+def test_prompt_frames_carry_no_cross_entropy():
+    logits = torch.randn(1, 6, 2, 7, requires_grad=True)
+    targets = torch.randint(0, 7, (1, 2, 6))
+    mask = torch.arange(6)[None] >= 2  # the first two frames are the prompt
+    codebook_cross_entropy(logits, targets, mask).backward()
+    assert torch.all(logits.grad[0, :2] == 0) and torch.any(logits.grad[0, 2:] != 0)
+
+
+def _one_utterance(config: ModelConfig, T: int = 30, S: int = 80, N: int = 8) -> Batch:
+    g = torch.Generator().manual_seed(0)
+    inner = torch.sort(torch.cat([torch.arange(1, N + 1), torch.randint(1, N + 1, (T - 2 - N,), generator=g)])).values
+    text_words = torch.cat([torch.tensor([1]), inner, torch.tensor([N + 1])])[None]
+    text = torch.randint(3, config.phoneme_vocab_size, (1, T), generator=g)
+    text[0, 0], text[0, -1] = 1, 2
+    codes = torch.randint(0, config.codebook_size, (1, config.num_codebooks, S), generator=g)
+    return Batch(text, text_words, torch.tensor([T]), codes, torch.tensor([S]))
+
+
+def test_forward_aligns_every_word_and_masks_padding():
+    config = tiny_config(2)
+    model = S5TTS(config)
+    a, b = _one_utterance(config, T=20, S=50, N=6), _one_utterance(config, T=14, S=30, N=4)
+    pad = lambda x, n: torch.nn.functional.pad(x, (0, n - x.shape[-1]))
+    batch = Batch(
+        torch.cat([a.text, pad(b.text, 20)]), torch.cat([a.text_words, pad(b.text_words, 20)]), torch.tensor([20, 14]),
+        torch.cat([a.codes, pad(b.codes, 50)]), torch.tensor([50, 30]),
+    )
+    out = model(batch, prior_strength=1.0)
+    assert torch.isfinite(out.losses.total)
+    assert out.frame_words[1, 30:].eq(0).all()
+    for row, (n_frames, n_words) in enumerate([(50, 6), (30, 4)]):
+        a_s = out.frame_words[row, :n_frames]
+        assert torch.all(a_s[1:] >= a_s[:-1])
+        assert set(a_s.tolist()) >= set(range(1, n_words + 1))
+    out.losses.total.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config_name", ["s5_default"])
+def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
+    torch.manual_seed(0)
+    config = load_model_config(config_name)
+    model = S5TTS(config)
+    batch = _one_utterance(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    history = []
+    for step in range(250):
+        out = model(batch, prior_strength=1.0 if step < 100 else 0.0)
+        optimizer.zero_grad()
+        out.losses.total.backward()
+        optimizer.step()
+        history.append(out.losses.as_floats())
+    first, last = history[0], history[-1]
+    assert all(last[name] > 0 for name in ("ce", "aux", "cross_ctc"))  # every loss was on
+    assert last["total"] < 0.1 * first["total"], (first, last)
+    assert last["ce"] < 0.1 * first["ce"] and last["aux"] < 0.5 * first["aux"]
