@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine: the virtual environment at .venv with the project, its test extras and
-# the pinned CPU torch. Safe to run again.
+# Set up everything on a fresh machine: the Debian packages the voices and G2P need, then the virtual environment
+# at .venv with the project, its data/eval/test extras and the pinned CPU torch. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+APT_PACKAGES="espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts fortunes"
+missing=()
+command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+command -v flite >/dev/null || missing+=(flite)
+command -v text2wave >/dev/null || missing+=(festival)
+[ -d /usr/share/festival/voices/english/kal_diphone ] || missing+=(festvox-kallpc16k)
+[ -d /usr/share/festival/voices/english/ked_diphone ] || missing+=(festvox-kdlpc16k)
+[ -d /usr/share/festival/voices/us/cmu_us_slt_arctic_hts ] || missing+=(festvox-us-slt-hts)
+[ -f /usr/share/games/fortunes/fortunes ] || missing+=(fortunes)
+if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+    if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+        echo "setup: could not install system packages; run: sudo apt-get install -y $APT_PACKAGES" >&2
+        exit 1
+    fi
+fi
+
 PYTHON=${PYTHON:-python3.11}
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv

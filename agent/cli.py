@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
@@ -18,15 +19,7 @@ def _bench_model(args: argparse.Namespace) -> int:
     bench = ModelBenchConfig(config=args.config, decode_frames=args.frames)
     with Progress(console=err, transient=True) as progress:
         result = run_model_bench(bench, progress)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        table = Table(title="S5-TTS model benchmark")
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        for key, value in result.items():
-            table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
-        Console().print(table)
+    _print_result(result, args.json, "S5-TTS model benchmark")
     return 0
 
 
@@ -38,12 +31,139 @@ def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_build(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+
+    from tts.data import CorpusConfig, build_corpus
+
+    config = CorpusConfig(hours=args.hours, seed=args.seed, workers=args.workers)
+    if args.voices:
+        config.voices = args.voices.split(",")
+        config.held_out = [v for v in config.held_out if v in config.voices]
+    columns = (TextColumn("{task.description:>18}"), BarColumn(), TextColumn("{task.completed:>7.0f}/{task.total:.0f} s"), TimeRemainingColumn())
+    with Progress(*columns, console=err) as progress:
+        counts = build_corpus(config, args.out, progress)
+    err.print(f"corpus in {args.out}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    return 0
+
+
+def _data_import(args: argparse.Namespace) -> int:
+    from tts.data import import_corpus
+
+    counts = import_corpus(args.kind, args.root, args.out)
+    err.print(f"manifests in {args.out}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    return 0
+
+
+def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description:>22}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
+
+
+def _codec_features(args: argparse.Namespace) -> int:
+    from tts.codec_train import extract_features
+
+    with _progress() as progress:
+        n = extract_features(args.corpus, args.workers, progress)
+    err.print(f"WORLD features for {n} utterances in {args.corpus / 'features'}")
+    return 0
+
+
+def _codec_train(args: argparse.Namespace) -> int:
+    from tts.codec import CodecConfig, DEFAULT_CODEC_DIR
+    from tts.codec_train import CodecTrainConfig, extract_features, train_codec
+
+    frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
+    with _progress() as progress:
+        extract_features(args.corpus, args.workers, progress, manifests=("train", "val"))
+        codec, log = train_codec(args.corpus, CodecConfig(frames_per_code=frames_per_code), CodecTrainConfig(minutes=args.minutes), progress)
+    out = args.out or DEFAULT_CODEC_DIR
+    codec.save(out)
+    err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
+    return 0
+
+
+def _data_codes(args: argparse.Namespace) -> int:
+    from tts.codec import BuiltinCodec
+    from tts.codes import tokenize_manifest
+    from tts.g2p import G2P
+
+    codec = BuiltinCodec.load(args.codec)
+    g2p = G2P()
+    with _progress() as progress:
+        for manifest in args.manifests.split(","):
+            if (args.corpus / f"{manifest}.jsonl").exists():
+                tokenize_manifest(args.corpus, manifest, codec, args.out, g2p, progress)
+    err.print(f"codec tokens in {args.out}")
+    return 0
+
+
+def _bench_codec(args: argparse.Namespace) -> int:
+    from tts.codec import BuiltinCodec
+    from tts.codec_bench import run_codec_bench
+
+    codec = BuiltinCodec.load(args.codec)
+    with _progress() as progress:
+        result = run_codec_bench(codec, args.manifest, args.limit, progress)
+    _print_result(result, args.json, "codec round trip")
+    return 0
+
+
+def _print_result(result: dict, as_json: bool, title: str) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    Console().print(table)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="s5", description="Streaming voice agent with S5-TTS")
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = commands.add_parser("chat", help="terminal voice chat on the embedded defaults")
     chat.set_defaults(func=_chat)
+
+    data = commands.add_parser("data", help="offline speech data")
+    data_kinds = data.add_subparsers(dest="kind_", required=True)
+    build = data_kinds.add_parser("build", help="synthesise a multi-speaker corpus from the local voices")
+    build.add_argument("--hours", type=float, default=5.0)
+    build.add_argument("--out", type=Path, required=True)
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--workers", type=int, default=2)
+    build.add_argument("--voices", default="", help="comma-separated voice names (default: all)")
+    build.set_defaults(func=_data_build)
+    imp = data_kinds.add_parser("import", help="LibriTTS- or HiFiTTS-style directory to manifests")
+    imp.add_argument("kind", choices=["libritts", "hifitts"])
+    imp.add_argument("root", type=Path)
+    imp.add_argument("--out", type=Path, required=True)
+    imp.set_defaults(func=_data_import)
+
+    codes = data_kinds.add_parser("codes", help="manifests to codec tokens (sharded, resumable)")
+    codes.add_argument("--corpus", type=Path, required=True)
+    codes.add_argument("--out", type=Path, required=True)
+    codes.add_argument("--codec", type=Path, default=None, help="codec folder (default: the shipped codec)")
+    codes.add_argument("--manifests", default="train,val,test,zeroshot")
+    codes.set_defaults(func=_data_codes)
+
+    codec = commands.add_parser("codec", help="the built-in codec")
+    codec_kinds = codec.add_subparsers(dest="kind_", required=True)
+    features = codec_kinds.add_parser("features", help="WORLD analysis of a corpus (cached, resumable)")
+    features.add_argument("--corpus", type=Path, required=True)
+    features.add_argument("--workers", type=int, default=2)
+    features.set_defaults(func=_codec_features)
+    train = codec_kinds.add_parser("train", help="train the FSQ codec on a corpus")
+    train.add_argument("--corpus", type=Path, required=True)
+    train.add_argument("--frame-rate", type=float, default=21.5, help="86, 43 or 21.5 frames/s")
+    train.add_argument("--minutes", type=float, default=25.0)
+    train.add_argument("--workers", type=int, default=2)
+    train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
+    train.set_defaults(func=_codec_train)
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench_kinds = bench.add_subparsers(dest="kind", required=True)
@@ -52,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--config", default="s5_default", help="model config name or YAML path")
     model.add_argument("--frames", type=int, default=300, help="frames decoded per mode")
     model.set_defaults(func=_bench_model)
+    codec_bench = bench_kinds.add_parser("codec", help="codec round-trip quality and decoding speed")
+    codec_bench.add_argument("--json", action="store_true")
+    codec_bench.add_argument("--manifest", type=Path, default=Path("corpus/val.jsonl"))
+    codec_bench.add_argument("--codec", type=Path, default=None)
+    codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
+    codec_bench.set_defaults(func=_bench_codec)
     return parser
 
 
@@ -62,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, RuntimeError) as error:
         err.print(f"[red]error:[/] {error}")
         return 2
 

@@ -1,0 +1,301 @@
+"""The built-in offline codec: 8 FSQ codebooks over WORLD vocoder features.
+
+encode: audio -> WORLD features (86.13 frames/s) -> conv encoder, `frames_per_code` WORLD frames per codec frame
+        -> 8 groups of FSQ scalars -> [K, T] codes
+decode: codes -> causal conv decoder -> WORLD features -> WORLD synthesis -> audio
+The decoder is causal with a bounded receptive field, so streaming decoding keeps only that many codec frames of
+left context and never re-decodes the prefix (StreamingCodecDecoder).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import world
+
+
+@dataclass
+class CodecConfig:
+    frames_per_code: int = 4  # WORLD frames per codec frame: 4 -> 21.5 frames/s, 2 -> 43, 1 -> 86
+    num_codebooks: int = 8
+    levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
+    channels: int = 256
+    decoder_blocks: int = 3
+
+    @property
+    def codebook_size(self) -> int:
+        return math.prod(self.levels)
+
+    @property
+    def frame_rate(self) -> float:
+        return world.SAMPLE_RATE / (world.HOP * self.frames_per_code)
+
+    @property
+    def samples_per_frame(self) -> int:
+        return world.HOP * self.frames_per_code
+
+
+# ---- FSQ --------------------------------------------------------------------------------------------------------
+class FSQ(nn.Module):
+    """Finite scalar quantisation: each of `groups` codebooks is len(levels) bounded scalars rounded to their
+    levels; the code is their mixed-radix index."""
+
+    def __init__(self, levels: list[int], groups: int):
+        super().__init__()
+        self.groups = groups
+        self.register_buffer("levels", torch.tensor(levels), persistent=False)
+        self.register_buffer("basis", torch.cumprod(torch.tensor([1] + levels[:-1]), 0), persistent=False)
+
+    @property
+    def dim(self) -> int:
+        return self.groups * len(self.levels)
+
+    def quantize(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, dim, T) unbounded -> (B, dim, T) quantised values in [-1, 1] (straight-through gradient)."""
+        B, D, T = z.shape
+        z = z.view(B, self.groups, -1, T)
+        levels = self.levels.view(1, 1, -1, 1).float()
+        half = (levels - 1) * (1 - 1e-3) / 2
+        offset = torch.where(levels % 2 == 0, 0.5, 0.0)
+        shift = torch.atanh(offset / half)
+        bounded = torch.tanh(z + shift) * half - offset
+        rounded = bounded + (bounded.round() - bounded).detach()
+        return (rounded / (levels // 2)).view(B, D, T)
+
+    def to_codes(self, q: torch.Tensor) -> torch.Tensor:
+        """(B, dim, T) quantised -> (B, groups, T) ints"""
+        B, D, T = q.shape
+        levels = self.levels.view(1, 1, -1, 1)
+        digits = (q.view(B, self.groups, -1, T) * (levels // 2) + levels // 2).round().long()
+        return (digits * self.basis.view(1, 1, -1, 1)).sum(2)
+
+    def from_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """(B, groups, T) ints -> (B, dim, T) quantised values"""
+        B, G, T = codes.shape
+        levels = self.levels.view(1, 1, -1, 1)
+        digits = (codes.unsqueeze(2) // self.basis.view(1, 1, -1, 1)) % levels
+        return ((digits - levels // 2).float() / (levels // 2)).view(B, -1, T)
+
+
+# ---- networks ---------------------------------------------------------------------------------------------------
+class CausalConv(nn.Conv1d):
+    """Conv1d that only looks back: (B, C, T) -> (B, C', T)."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1):
+        super().__init__(c_in, c_out, kernel, dilation=dilation)
+        self.left = (kernel - 1) * dilation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, (self.left, 0)))
+
+
+class CausalBlock(nn.Module):
+    def __init__(self, channels: int, dilation: int):
+        super().__init__()
+        self.conv1 = CausalConv(channels, channels, 3, dilation)
+        self.conv2 = nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv2(F.gelu(self.conv1(F.gelu(x))))
+
+
+class CodecEncoder(nn.Module):
+    """WORLD features (B, D, T_world) -> unquantised latents (B, fsq_dim, T_world / frames_per_code)."""
+
+    def __init__(self, config: CodecConfig, fsq_dim: int):
+        super().__init__()
+        c = config.channels
+        self.net = nn.Sequential(
+            nn.Conv1d(world.FEATURE_DIM, c, 5, padding=2), nn.GELU(),
+            nn.Conv1d(c, c, 3, padding=1), nn.GELU(),
+            nn.Conv1d(c, c, config.frames_per_code, stride=config.frames_per_code), nn.GELU(),
+            nn.Conv1d(c, c, 3, padding=1), nn.GELU(),
+            nn.Conv1d(c, fsq_dim, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class CodecDecoder(nn.Module):
+    """Quantised latents (B, fsq_dim, T) -> WORLD features (B, D, T * frames_per_code); causal throughout."""
+
+    def __init__(self, config: CodecConfig, fsq_dim: int):
+        super().__init__()
+        c, r = config.channels, config.frames_per_code
+        self.r = r
+        self.inp = CausalConv(fsq_dim, c, 3)
+        self.blocks = nn.Sequential(*[CausalBlock(c, 2**i) for i in range(config.decoder_blocks)])
+        self.up = nn.Conv1d(c, c * r, 1)  # one codec frame -> r WORLD frames
+        self.fine = nn.Sequential(CausalBlock(c, 1), CausalBlock(c, 2))
+        self.out = nn.Conv1d(c, world.FEATURE_DIM, 1)
+        self.receptive_field = 2 + sum(2 * 2**i for i in range(config.decoder_blocks)) + math.ceil(6 / r)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.inp(q))
+        B, C, T = x.shape
+        x = self.up(x).view(B, C, self.r, T).permute(0, 1, 3, 2).reshape(B, C, T * self.r)
+        return self.out(self.fine(x))
+
+
+class FeatureCodec(nn.Module):
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.config = config
+        self.fsq = FSQ(config.levels, config.num_codebooks)
+        self.encoder = CodecEncoder(config, self.fsq.dim)
+        self.decoder = CodecDecoder(config, self.fsq.dim)
+        self.register_buffer("feature_mean", torch.zeros(world.FEATURE_DIM))
+        self.register_buffer("feature_std", torch.ones(world.FEATURE_DIM))
+
+    def normalize(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) raw -> (B, D, T) normalised"""
+        return ((features - self.feature_mean) / self.feature_std).transpose(1, 2)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, D, T) decoder output -> (B, T, D) raw features (voicing as a 0/1 flag)"""
+        features = x.transpose(1, 2) * self.feature_std + self.feature_mean
+        voiced = (x[:, 1] > 0).float()  # the voicing channel is a logit
+        return torch.cat([features[..., :1], voiced.unsqueeze(-1), features[..., 2:]], dim=-1)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training: (B, T, D) raw features (T a multiple of frames_per_code) -> decoder output (B, D, T) and
+        the normalised target (B, D, T)."""
+        target = self.normalize(features)
+        return self.decoder(self.fsq.quantize(self.encoder(target))), target
+
+
+def codec_loss(output: torch.Tensor, target: torch.Tensor, features: torch.Tensor) -> dict[str, torch.Tensor]:
+    """MSE on normalised log F0 (voiced frames), spectral envelope and aperiodicity; BCE on voicing."""
+    voiced = features[..., 1]  # (B, T) 0/1
+    f0 = ((output[:, 0] - target[:, 0]) ** 2 * voiced).sum() / voiced.sum().clamp(min=1)
+    vuv = F.binary_cross_entropy_with_logits(output[:, 1], voiced)
+    spectrum = F.mse_loss(output[:, 2:], target[:, 2:])
+    total = 2.0 * f0 + vuv + spectrum
+    return {"total": total, "f0": f0, "vuv": vuv, "spectrum": spectrum}
+
+
+# ---- the codec interface ----------------------------------------------------------------------------------------
+class BuiltinCodec:
+    """sample_rate, frame_rate, num_codebooks, codebook_size, encode(wav) -> [K, T], decode(codes) -> wav,
+    streaming_decoder() -> StreamingCodecDecoder."""
+
+    def __init__(self, model: FeatureCodec):
+        self.model = model.eval()
+        self.config = model.config
+        self.sample_rate = world.SAMPLE_RATE
+        self.frame_rate = self.config.frame_rate
+        self.num_codebooks = self.config.num_codebooks
+        self.codebook_size = self.config.codebook_size
+        self.samples_per_frame = self.config.samples_per_frame
+
+    @classmethod
+    def load(cls, directory: Path | str | None = None) -> "BuiltinCodec":
+        from safetensors.torch import load_file
+
+        directory = Path(directory) if directory else DEFAULT_CODEC_DIR
+        if not (directory / "codec.safetensors").exists():
+            raise FileNotFoundError(f"no codec weights in {directory} (train them with `s5 codec train`)")
+        config = CodecConfig(**json.loads((directory / "codec.json").read_text()))
+        model = FeatureCodec(config)
+        state = {k: v.float() for k, v in load_file(directory / "codec.safetensors").items()}
+        model.load_state_dict(state)
+        return cls(model)
+
+    def save(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "codec.json").write_text(json.dumps(asdict(self.config), indent=1))
+        save_file({k: v.half().contiguous() for k, v in self.model.state_dict().items()}, directory / "codec.safetensors")
+
+    def pad_features(self, features: np.ndarray) -> np.ndarray:
+        r = self.config.frames_per_code
+        T = math.ceil(len(features) / r) * r
+        return np.concatenate([features, np.repeat(features[-1:], T - len(features), axis=0)]) if T > len(features) else features
+
+    @torch.no_grad()
+    def encode_features(self, features: np.ndarray) -> torch.Tensor:
+        """(T_world, D) -> (K, T) codes"""
+        x = self.model.normalize(torch.from_numpy(self.pad_features(features)).float()[None])
+        return self.model.fsq.to_codes(self.model.fsq.quantize(self.model.encoder(x)))[0]
+
+    def encode(self, audio: np.ndarray) -> torch.Tensor:
+        """float audio at 22.05 kHz -> (K, T) codes"""
+        return self.encode_features(world.analyze(audio))
+
+    @torch.no_grad()
+    def decode_features(self, codes: torch.Tensor) -> np.ndarray:
+        """(K, T) -> (T * frames_per_code, D) WORLD features"""
+        out = self.model.decoder(self.model.fsq.from_codes(codes[None].long()))
+        return self.model.denormalize(out)[0].numpy()
+
+    def decode(self, codes: torch.Tensor) -> np.ndarray:
+        """(K, T) codes -> float32 audio of T * samples_per_frame samples"""
+        return world.synthesize(self.decode_features(codes))
+
+    def streaming_decoder(self, crossfade_frames: int = 2) -> "StreamingCodecDecoder":
+        return StreamingCodecDecoder(self, crossfade_frames)
+
+
+class StreamingCodecDecoder:
+    """Per-utterance streaming decoder: code chunks in, audio out.
+
+    The network sees at most its receptive field of earlier codec frames (bounded left context; its outputs for
+    new frames equal the offline ones). WORLD synthesis of a chunk re-runs a few earlier feature frames; the
+    newest `crossfade_frames` of audio, synthesised without right context, are held back and Hann-crossfaded
+    into their re-synthesis when the next chunk arrives (or emitted by `flush()`). Total length equals offline
+    decoding: T codec frames -> T * samples_per_frame samples."""
+
+    def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2):
+        self.codec = codec
+        self.context_codes = codec.model.decoder.receptive_field
+        self.crossfade = crossfade_frames * world.HOP
+        self.context_frames = crossfade_frames + 2  # WORLD frames re-synthesised before the held samples
+        self.codes = torch.zeros(codec.num_codebooks, 0, dtype=torch.long)
+        self.features = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # recent WORLD frames only
+        self.done = 0  # frames of self.features whose audio was emitted or is held
+        self.held = np.zeros(0, dtype=np.float32)
+
+    def push(self, codes: torch.Tensor) -> np.ndarray:
+        """(K, n) new codes -> audio ready to play (possibly empty)."""
+        if codes.shape[1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        context = self.codes[:, max(0, self.codes.shape[1] - self.context_codes):]
+        window = torch.cat([context, codes.long()], dim=1)
+        new_features = self.codec.decode_features(window)[context.shape[1] * self.codec.config.frames_per_code:]
+        self.codes = window[:, max(0, window.shape[1] - self.context_codes):]
+        self.features = np.concatenate([self.features, new_features])
+        return self._render()
+
+    def flush(self) -> np.ndarray:
+        """The held samples, at the end of the utterance (they already had all the right context there is)."""
+        out, self.held = self.held, np.zeros(0, dtype=np.float32)
+        return out
+
+    def _render(self) -> np.ndarray:
+        hop = world.HOP
+        start = max(0, self.done - self.context_frames)
+        audio = world.synthesize(self.features[start:])
+        begin = (self.done - start) * hop  # first sample neither emitted nor held
+        n = len(self.held)
+        if n:
+            fade_in = np.sin(0.5 * np.pi * (np.arange(n) + 0.5) / n) ** 2
+            audio[begin - n : begin] = self.held * (1 - fade_in) + audio[begin - n : begin] * fade_in
+        out = audio[begin - n :]
+        keep = min(self.crossfade, len(out))
+        self.held = out[len(out) - keep :].copy()
+        drop = max(0, len(self.features) - self.context_frames)
+        self.features = self.features[drop:]
+        self.done = len(self.features)
+        return out[: len(out) - keep]
+
+
+DEFAULT_CODEC_DIR = Path(__file__).resolve().parent / "assets" / "codec"

@@ -1,0 +1,92 @@
+"""`s5 bench codec`: round-trip quality and decoding speed of a codec on a manifest (default: the val split)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .codec import BuiltinCodec
+from .codec_train import feature_path, load_audio
+from .data import read_manifest
+from .metrics import dnsmos, error_rates, speaker_similarity, transcribe
+from .voices import SAMPLE_RATE
+from .world import analyze
+
+
+def corpus_summary(corpus: Path) -> tuple[int, float]:
+    speakers, seconds = set(), 0.0
+    for name in ("train", "val", "test", "zeroshot"):
+        path = corpus / f"{name}.jsonl"
+        if path.exists():
+            for e in read_manifest(path):
+                speakers.add(e.speaker)
+                seconds += e.duration
+    return len(speakers), seconds / 3600
+
+
+def stream_decode(codec: BuiltinCodec, codes, chunk: int) -> np.ndarray:
+    decoder = codec.streaming_decoder()
+    parts = [decoder.push(codes[:, i : i + chunk]) for i in range(0, codes.shape[1], chunk)]
+    return np.concatenate(parts + [decoder.flush()])
+
+
+def run_codec_bench(codec: BuiltinCodec, manifest: Path, limit: int = 40, progress=None) -> dict:
+    corpus = manifest.parent
+    entries = sorted(read_manifest(manifest), key=lambda e: e.audio_filepath)
+    # spread the sample over speakers: round-robin by speaker, in a stable order
+    by_speaker: dict[str, list] = {}
+    for e in entries:
+        by_speaker.setdefault(e.speaker, []).append(e)
+    picked = []
+    while len(picked) < limit and any(by_speaker.values()):
+        for queue in by_speaker.values():
+            if queue and len(picked) < limit:
+                picked.append(queue.pop(0))
+    chunk = max(1, round(codec.frame_rate * 0.3))  # about one word of codes per streaming push
+    task = progress.add_task("codec round trips", total=len(picked)) if progress else None
+    refs, hyp_orig, hyp_rt, sims, mos_orig, mos_rt = [], [], [], [], [], []
+    audio_seconds = decode_seconds = stream_seconds = 0.0
+    for e in picked:
+        audio = load_audio(corpus, e.audio_filepath)
+        fpath = feature_path(corpus, e.audio_filepath)
+        features = np.load(fpath) if fpath.exists() else analyze(audio)
+        codes = codec.encode_features(features)
+        start = time.perf_counter()
+        roundtrip = codec.decode(codes)
+        decode_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        streamed = stream_decode(codec, codes, chunk)
+        stream_seconds += time.perf_counter() - start
+        assert len(streamed) == len(roundtrip)
+        audio_seconds += len(roundtrip) / SAMPLE_RATE
+        roundtrip = roundtrip[: len(audio)]
+        refs.append(e.text)
+        hyp_orig.append(transcribe(audio, SAMPLE_RATE))
+        hyp_rt.append(transcribe(roundtrip, SAMPLE_RATE))
+        sims.append(speaker_similarity(audio, roundtrip, SAMPLE_RATE))
+        mos_orig.append(dnsmos(audio, SAMPLE_RATE))
+        mos_rt.append(dnsmos(roundtrip, SAMPLE_RATE))
+        if progress:
+            progress.advance(task)
+    wer_orig, cer_orig = error_rates(refs, hyp_orig)
+    wer_rt, cer_rt = error_rates(refs, hyp_rt)
+    voices, hours = corpus_summary(corpus)
+    return {
+        "frame_rate": round(codec.frame_rate, 2),
+        "wer_original": round(wer_orig, 2),
+        "wer_roundtrip": round(wer_rt, 2),
+        "cer_original": round(cer_orig, 2),
+        "cer_roundtrip": round(cer_rt, 2),
+        "speaker_similarity": round(float(np.mean(sims)), 3),
+        "dnsmos_original": round(float(np.mean(mos_orig)), 3),
+        "dnsmos_roundtrip": round(float(np.mean(mos_rt)), 3),
+        "decode_rtf": round(decode_seconds / audio_seconds, 4),
+        "stream_decode_rtf": round(stream_seconds / audio_seconds, 4),
+        "stream_chunk_codes": chunk,
+        "bitrate_bps": round(codec.frame_rate * codec.num_codebooks * np.log2(codec.codebook_size)),
+        "n": len(picked),
+        "manifest": str(manifest),
+        "voices": voices,
+        "hours": round(hours, 2),
+    }

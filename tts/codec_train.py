@@ -1,0 +1,136 @@
+"""WORLD feature extraction over a corpus (parallel, resumable) and built-in codec training."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import world
+from .codec import BuiltinCodec, CodecConfig, FeatureCodec, codec_loss
+from .data import read_manifest
+from .voices import SAMPLE_RATE, read_wav, resample
+
+MANIFESTS = ("train", "val", "test", "zeroshot")
+
+
+def feature_path(corpus: Path, audio_filepath: str) -> Path:
+    rel = Path(audio_filepath)
+    if rel.is_absolute():
+        rel = Path("external") / rel.relative_to(rel.anchor)
+    return corpus / "features" / rel.with_suffix(".npy")
+
+
+def load_audio(corpus: Path, audio_filepath: str) -> np.ndarray:
+    path = Path(audio_filepath)
+    path = path if path.is_absolute() else corpus / path
+    if path.suffix.lower() == ".wav":
+        audio, rate = read_wav(path)
+    else:
+        import soundfile
+
+        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        audio = audio.mean(axis=1)
+    return resample(audio, rate, SAMPLE_RATE)
+
+
+def _extract_one(args: tuple[str, str]) -> str:
+    corpus, audio_filepath = Path(args[0]), args[1]
+    out = feature_path(corpus, audio_filepath)
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        features = world.analyze(load_audio(corpus, audio_filepath))
+        tmp = out.with_suffix(".tmp.npy")
+        np.save(tmp, features)
+        tmp.replace(out)
+    return audio_filepath
+
+
+def extract_features(corpus: Path, workers: int = 2, progress=None, manifests: tuple[str, ...] = MANIFESTS) -> int:
+    """WORLD features of every manifest entry, cached as .npy beside the corpus (skips what exists)."""
+    entries = [e.audio_filepath for name in manifests if (corpus / f"{name}.jsonl").exists() for e in read_manifest(corpus / f"{name}.jsonl")]
+    todo = [(str(corpus), a) for a in entries if not feature_path(corpus, a).exists()]
+    task = progress.add_task("WORLD analysis", total=len(entries), completed=len(entries) - len(todo)) if progress else None
+    if todo:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for _ in pool.imap_unordered(_extract_one, todo, chunksize=4):
+                if progress:
+                    progress.advance(task)
+    return len(entries)
+
+
+@dataclass
+class CodecTrainConfig:
+    minutes: float = 25.0
+    batch: int = 32
+    segment_codes: int = 32  # codec frames per training segment
+    lr: float = 2e-3
+    seed: int = 0
+    max_hours: float = 3.0  # of training features loaded into memory
+
+
+def load_feature_set(corpus: Path, manifest: str, max_hours: float, seed: int) -> list[np.ndarray]:
+    entries = read_manifest(corpus / f"{manifest}.jsonl")
+    random.Random(seed).shuffle(entries)
+    out, seconds = [], 0.0
+    for e in entries:
+        path = feature_path(corpus, e.audio_filepath)
+        if path.exists() and seconds < max_hours * 3600:
+            out.append(np.load(path))
+            seconds += e.duration
+    if not out:
+        raise FileNotFoundError(f"no WORLD features for {manifest} in {corpus}/features (run `s5 codec features`)")
+    return out
+
+
+def random_segments(features: list[np.ndarray], count: int, length: int, rng: np.random.Generator) -> torch.Tensor:
+    batch = []
+    for i in rng.integers(0, len(features), count):
+        f = features[i]
+        if len(f) < length:
+            f = np.concatenate([f, np.repeat(f[-1:], length - len(f), axis=0)])
+        start = rng.integers(0, len(f) - length + 1)
+        batch.append(f[start : start + length])
+    return torch.from_numpy(np.stack(batch))
+
+
+def train_codec(corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig, progress=None) -> tuple[BuiltinCodec, dict]:
+    torch.manual_seed(train.seed)
+    rng = np.random.default_rng(train.seed)
+    train_set = load_feature_set(corpus, "train", train.max_hours, train.seed)
+    val_set = load_feature_set(corpus, "val", 0.2, train.seed)
+    model = FeatureCodec(codec_config)
+    stacked = np.concatenate(train_set[:500])
+    model.feature_mean.copy_(torch.from_numpy(stacked.mean(0)))
+    model.feature_std.copy_(torch.from_numpy(stacked.std(0) + 1e-3))
+    model.feature_mean[1], model.feature_std[1] = 0.0, 1.0  # voicing stays a 0/1 target
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=0.0)
+    length = train.segment_codes * codec_config.frames_per_code
+    deadline = time.monotonic() + train.minutes * 60
+    task = progress.add_task(f"codec {codec_config.frame_rate:.1f} fps", total=train.minutes * 60) if progress else None
+    started, step, log = time.monotonic(), 0, {}
+    while time.monotonic() < deadline:
+        fraction = (time.monotonic() - started) / (train.minutes * 60)
+        for group in optimizer.param_groups:
+            group["lr"] = train.lr * 0.5 * (1 + np.cos(np.pi * min(fraction, 1.0)))
+        features = random_segments(train_set, train.batch, length, rng)
+        output, target = model(features)
+        losses = codec_loss(output, target, features)
+        optimizer.zero_grad()
+        losses["total"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if progress:
+            progress.update(task, completed=min(time.monotonic() - started, train.minutes * 60))
+    model.eval()
+    with torch.no_grad():
+        features = random_segments(val_set, 64, length, np.random.default_rng(1))
+        output, target = model(features)
+        log = {k: round(float(v), 4) for k, v in codec_loss(output, target, features).items()}
+    log.update(steps=step, minutes=round((time.monotonic() - started) / 60, 1))
+    return BuiltinCodec(model), log

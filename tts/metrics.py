@@ -1,0 +1,76 @@
+"""Offline speech quality metrics: pocketsphinx ASR -> WER/CER, resemblyzer speaker similarity, DNSMOS."""
+from __future__ import annotations
+
+import re
+import warnings
+from functools import lru_cache
+
+import numpy as np
+
+from .text import normalize_text
+from .voices import resample
+
+ASR_RATE = 16000
+
+
+def words_for_scoring(text: str) -> str:
+    """Normalised, lower-case, punctuation-free words: what both the reference and the ASR output are scored as."""
+    words = normalize_text(text)
+    return " ".join(re.sub(r"[^a-z' ]", " ", w.lower()).strip() for w in words if re.sub(r"[^a-z]", "", w.lower()))
+
+
+@lru_cache(maxsize=1)
+def _decoder():
+    from pocketsphinx import Decoder
+
+    return Decoder(samprate=ASR_RATE, loglevel="FATAL")
+
+
+def transcribe(audio: np.ndarray, rate: int) -> str:
+    pcm = (np.clip(resample(audio, rate, ASR_RATE), -1, 1) * 32767).astype("<i2").tobytes()
+    decoder = _decoder()
+    decoder.start_utt()
+    decoder.process_raw(pcm, full_utt=True)
+    decoder.end_utt()
+    hyp = decoder.hyp()
+    return hyp.hypstr if hyp is not None else ""
+
+
+def error_rates(references: list[str], hypotheses: list[str]) -> tuple[float, float]:
+    """Corpus WER and CER in percent."""
+    import jiwer
+
+    refs = [words_for_scoring(r) or "-" for r in references]
+    hyps = [words_for_scoring(h) for h in hypotheses]
+    return 100 * jiwer.wer(refs, hyps), 100 * jiwer.cer(refs, hyps)
+
+
+@lru_cache(maxsize=1)
+def _voice_encoder():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from resemblyzer import VoiceEncoder
+
+        return VoiceEncoder(device="cpu", verbose=False)
+
+
+def speaker_embedding(audio: np.ndarray, rate: int) -> np.ndarray:
+    from resemblyzer import preprocess_wav
+
+    return _voice_encoder().embed_utterance(preprocess_wav(resample(audio, rate, ASR_RATE), source_sr=ASR_RATE))
+
+
+def speaker_similarity(a: np.ndarray, b: np.ndarray, rate: int) -> float:
+    ea, eb = speaker_embedding(a, rate), speaker_embedding(b, rate)
+    return float(np.dot(ea, eb) / (np.linalg.norm(ea) * np.linalg.norm(eb)))
+
+
+def dnsmos(audio: np.ndarray, rate: int) -> float:
+    """DNSMOS overall (1-5, higher is better)."""
+    from speechmos import dnsmos as model
+
+    x = resample(audio, rate, ASR_RATE)
+    peak = float(np.abs(x).max()) if len(x) else 0.0
+    if peak > 1.0:
+        x = x / peak
+    return float(model.run(x, ASR_RATE)["ovrl_mos"])
