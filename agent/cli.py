@@ -65,7 +65,9 @@ def _codec_features(args: argparse.Namespace) -> int:
     from tts.codec_train import extract_features
 
     with _progress() as progress:
-        n = extract_features(args.corpus, args.workers, progress)
+        speakers = args.speakers.split(",") if args.speakers else None
+        manifests = tuple(args.manifests.split(","))
+        n = extract_features(args.corpus, args.workers, progress, manifests, speakers, args.per_speaker)
     err.print(f"WORLD features for {n} utterances in {args.corpus / 'features'}")
     return 0
 
@@ -76,7 +78,8 @@ def _codec_train(args: argparse.Namespace) -> int:
 
     frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
     with _progress() as progress:
-        extract_features(args.corpus, args.workers, progress, manifests=("train", "val"))
+        extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
+        extract_features(args.corpus, args.workers, progress, manifests=("val",))
         codec, log = train_codec(args.corpus, CodecConfig(frames_per_code=frames_per_code), CodecTrainConfig(minutes=args.minutes), progress)
     out = args.out or DEFAULT_CODEC_DIR
     codec.save(out)
@@ -107,6 +110,27 @@ def _bench_codec(args: argparse.Namespace) -> int:
     with _progress() as progress:
         result = run_codec_bench(codec, args.manifest, args.limit, progress)
     _print_result(result, args.json, "codec round trip")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from tts.train import load_train_config, train
+
+    model_config, config = load_train_config(args.config)
+    for name in ("data", "out"):
+        if getattr(args, name):
+            setattr(config, name, str(getattr(args, name)))
+    if args.max_minutes is not None:
+        config.max_minutes = args.max_minutes
+    if args.max_steps is not None:
+        config.max_steps = args.max_steps
+    if args.speakers:
+        config.speakers = args.speakers.split(",")
+    if args.threads:
+        config.threads = args.threads
+    with _progress() as progress:
+        step = train(model_config, config, progress)
+    err.print(f"trained to step {step}; checkpoint and export in {config.out}")
     return 0
 
 
@@ -151,19 +175,33 @@ def build_parser() -> argparse.ArgumentParser:
     codes.add_argument("--manifests", default="train,val,test,zeroshot")
     codes.set_defaults(func=_data_codes)
 
+    train = commands.add_parser("train", help="train S5-TTS / T5-TTS (resumes from the run folder)")
+    train.add_argument("--config", default="s5_default", help="config name or YAML with model: and train:")
+    train.add_argument("--data", type=Path, default=None, help="tokenised corpus folder")
+    train.add_argument("--out", type=Path, default=None, help="run folder")
+    train.add_argument("--max-minutes", type=float, default=None)
+    train.add_argument("--max-steps", type=int, default=None)
+    train.add_argument("--speakers", default="", help="comma-separated training speakers (default: all)")
+    train.add_argument("--threads", type=int, default=0)
+    train.set_defaults(func=_train)
+
     codec = commands.add_parser("codec", help="the built-in codec")
     codec_kinds = codec.add_subparsers(dest="kind_", required=True)
     features = codec_kinds.add_parser("features", help="WORLD analysis of a corpus (cached, resumable)")
     features.add_argument("--corpus", type=Path, required=True)
     features.add_argument("--workers", type=int, default=2)
+    features.add_argument("--manifests", default="train,val,test,zeroshot")
+    features.add_argument("--speakers", default="", help="comma-separated speakers (default: all)")
+    features.add_argument("--per-speaker", type=int, default=None, help="at most N utterances per speaker and manifest")
     features.set_defaults(func=_codec_features)
-    train = codec_kinds.add_parser("train", help="train the FSQ codec on a corpus")
-    train.add_argument("--corpus", type=Path, required=True)
-    train.add_argument("--frame-rate", type=float, default=21.5, help="86, 43 or 21.5 frames/s")
-    train.add_argument("--minutes", type=float, default=25.0)
-    train.add_argument("--workers", type=int, default=2)
-    train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
-    train.set_defaults(func=_codec_train)
+    codec_train = codec_kinds.add_parser("train", help="train the FSQ codec on a corpus")
+    codec_train.add_argument("--corpus", type=Path, required=True)
+    codec_train.add_argument("--frame-rate", type=float, default=21.5, help="86, 43 or 21.5 frames/s")
+    codec_train.add_argument("--minutes", type=float, default=25.0)
+    codec_train.add_argument("--workers", type=int, default=2)
+    codec_train.add_argument("--per-speaker", type=int, default=60, help="training utterances per speaker")
+    codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
+    codec_train.set_defaults(func=_codec_train)
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench_kinds = bench.add_subparsers(dest="kind", required=True)

@@ -50,9 +50,21 @@ def _extract_one(args: tuple[str, str]) -> str:
     return audio_filepath
 
 
-def extract_features(corpus: Path, workers: int = 2, progress=None, manifests: tuple[str, ...] = MANIFESTS) -> int:
-    """WORLD features of every manifest entry, cached as .npy beside the corpus (skips what exists)."""
-    entries = [e.audio_filepath for name in manifests if (corpus / f"{name}.jsonl").exists() for e in read_manifest(corpus / f"{name}.jsonl")]
+def extract_features(
+    corpus: Path, workers: int = 2, progress=None, manifests: tuple[str, ...] = MANIFESTS,
+    speakers: list[str] | None = None, per_speaker: int | None = None,
+) -> int:
+    """WORLD features of manifest entries (optionally only some speakers, or the first N per speaker and
+    manifest), cached as .npy beside the corpus; what exists is skipped, so it resumes."""
+    entries = []
+    for name in manifests:
+        if not (corpus / f"{name}.jsonl").exists():
+            continue
+        taken: dict[str, int] = {}
+        for e in read_manifest(corpus / f"{name}.jsonl"):
+            if (speakers is None or e.speaker in speakers) and (per_speaker is None or taken.get(e.speaker, 0) < per_speaker):
+                taken[e.speaker] = taken.get(e.speaker, 0) + 1
+                entries.append(e.audio_filepath)
     todo = [(str(corpus), a) for a in entries if not feature_path(corpus, a).exists()]
     task = progress.add_task("WORLD analysis", total=len(entries), completed=len(entries) - len(todo)) if progress else None
     if todo:

@@ -33,7 +33,7 @@ class Batch:
     codes: torch.Tensor  # (B, K, S) codec frames
     code_lens: torch.Tensor  # (B,)
     prompt_lens: torch.Tensor | None = None  # (B,) leading frames that are the reference prompt (no CE loss)
-    frame_words: torch.Tensor | None = None  # (B, S) A(s) given from outside (e.g. Piper durations)
+    frame_words: torch.Tensor | None = None  # (B, S) A(s) given from outside (e.g. Piper durations); rows of 0 = unknown
 
 
 @dataclass
@@ -168,18 +168,21 @@ class S5TTS(nn.Module):
     # ---- training ---------------------------------------------------------------------------------------------
     def align(self, batch: Batch, use_prior_path: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Aux attention log-probs (B, S, T), the beta-binomial log prior (B, S, T), and A(s) per frame (B, S):
-        given in the batch, else MAS on the aux attention (or on the prior alone while the aux attention is
-        still untrained)."""
+        given in the batch (rows whose first frame has word 0 are unknown), else MAS on the aux attention (or on
+        the prior alone while the aux attention is still untrained)."""
         B, K, S = batch.codes.shape
         T = batch.text.shape[1]
         log_prior = beta_binomial_log_prior(batch.code_lens, batch.text_lens, S, T, self.config.prior_scaling)
         text_mask = batch.text_words > 0
         aux = self.aux_attention(self.phoneme_embedding(batch.text), text_mask, self.embed_frames(batch.codes), log_prior)
-        if batch.frame_words is not None:
+        known = batch.frame_words[:, 0] > 0 if batch.frame_words is not None else torch.zeros(B, dtype=torch.bool)
+        if bool(known.all()):
             return aux, log_prior, batch.frame_words
         source = log_prior if use_prior_path else aux
         path = monotonic_alignment_search(source.detach().float().cpu().numpy(), batch.code_lens.cpu().numpy(), batch.text_lens.cpu().numpy())
         frame_words = step_words_from_path(torch.from_numpy(path).to(batch.text.device), batch.text_words)
+        if batch.frame_words is not None:
+            frame_words = torch.where(known[:, None].to(frame_words.device), batch.frame_words, frame_words)
         return aux, log_prior, frame_words
 
     def forward(

@@ -1,0 +1,92 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tts import world
+from tts.codec import DEFAULT_CODEC_DIR, BuiltinCodec, CodecConfig, FeatureCodec, FSQ
+from tts.voices import read_wav
+
+FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
+
+
+def test_fsq_codes_round_trip():
+    fsq = FSQ([8, 5, 5, 5], groups=8)
+    q = fsq.quantize(torch.randn(2, fsq.dim, 30) * 3)
+    codes = fsq.to_codes(q)
+    assert codes.shape == (2, 8, 30) and codes.min() >= 0 and codes.max() < 1000
+    assert torch.allclose(fsq.from_codes(codes), q, atol=1e-6)
+    every = torch.arange(1000).view(1, 1, 1000).expand(1, 8, 1000)
+    assert torch.equal(fsq.to_codes(fsq.from_codes(every)), every)  # all 1000 codes reachable
+
+
+@pytest.fixture(scope="module")
+def fox():
+    audio, rate = read_wav(FIXTURE)
+    assert rate == world.SAMPLE_RATE
+    return audio, world.analyze(audio)
+
+
+@pytest.fixture(scope="module")
+def random_codec(fox):
+    torch.manual_seed(0)
+    model = FeatureCodec(CodecConfig(frames_per_code=4, channels=64))
+    features = torch.from_numpy(fox[1])
+    model.feature_mean.copy_(features.mean(0))
+    model.feature_std.copy_(features.std(0) + 1e-3)
+    return BuiltinCodec(model)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 40])
+def test_streaming_decoder_length_and_bounded_context(random_codec, fox, chunk):
+    codec = random_codec
+    codes = codec.encode_features(fox[1])
+    offline_features = codec.decode_features(codes)
+    # the network part: each chunk decoded with only the receptive field of left context equals offline
+    context = codec.model.decoder.receptive_field
+    r = codec.config.frames_per_code
+    for start in range(0, codes.shape[1], chunk):
+        lo = max(0, start - context)
+        window = codec.decode_features(codes[:, lo : start + chunk])[(start - lo) * r :]
+        assert np.abs(window - offline_features[start * r : (start + chunk) * r]).max() < 1e-4
+    decoder = codec.streaming_decoder()
+    parts = [decoder.push(codes[:, i : i + chunk]) for i in range(0, codes.shape[1], chunk)] + [decoder.flush()]
+    assert sum(len(p) for p in parts) == len(codec.decode(codes)) == codes.shape[1] * codec.samples_per_frame
+    assert decoder.codes.shape[1] <= context  # never keeps (or re-decodes) the whole prefix
+
+
+def _shipped_codec() -> BuiltinCodec:
+    if not (DEFAULT_CODEC_DIR / "codec.safetensors").exists():
+        pytest.fail("the shipped codec weights are missing from tts/assets/codec")
+    return BuiltinCodec.load()
+
+
+def test_shipped_codec_interface(fox):
+    codec = _shipped_codec()
+    assert codec.num_codebooks == 8 and codec.codebook_size == 1000 and codec.sample_rate == 22050
+    codes = codec.encode(fox[0])
+    assert codes.shape[0] == 8 and abs(codes.shape[1] - len(fox[0]) / 22050 * codec.frame_rate) <= 2
+    audio = codec.decode(codes)
+    assert len(audio) == codes.shape[1] * codec.samples_per_frame
+    # the round trip keeps the speech envelope: frame energies correlate with the original's
+    n = min(len(audio), len(fox[0])) // 512 * 512
+    energy = lambda x: np.log(np.square(x[:n].reshape(-1, 512)).mean(1) + 1e-6)
+    assert np.corrcoef(energy(audio), energy(fox[0]))[0, 1] > 0.8
+
+
+def test_shipped_codec_streams_without_clicks(fox):
+    codec = _shipped_codec()
+    codes = codec.encode(fox[0])
+    chunk = 3
+    decoder = codec.streaming_decoder()
+    parts = [decoder.push(codes[:, i : i + chunk]) for i in range(0, codes.shape[1], chunk)] + [decoder.flush()]
+    audio = np.concatenate(parts)
+    jumps = np.abs(np.diff(audio))
+    joins = np.cumsum([len(p) for p in parts[:-1]])
+    near = np.zeros(len(jumps), dtype=bool)
+    radius = int(0.010 * codec.sample_rate)
+    for j in joins:
+        near[max(0, j - radius) : j + radius] = True
+    assert near.any() and (~near).sum() > 1000
+    assert jumps[near].max() <= 2 * np.percentile(jumps[~near], 99)

@@ -1,0 +1,161 @@
+"""Word-by-word synthesis core (DESIGN.md section 4, "Streaming inference"), one object per utterance.
+
+`UtteranceSynthesizer` is a plain state machine over words: `push_word`, `end`, and `step()`, which decodes as
+far as the words received so far allow and returns the chunks of codec frames of every word it completed.
+Generation for word n starts once word n+k has arrived (or the text has ended); word n is complete when the
+newest step's cross-attention peak moves past it, or at the per-word frame cap; EOS is allowed only while the
+last word is being decoded. The async front end and audio output build on this.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .codec import BuiltinCodec
+from .g2p import G2P, SymbolTable
+from .incremental import DecoderState, IncrementalEncoder, decode_step
+from .model import S5TTS
+from .sampling import mask_special_codes, sample_codes
+from .text import normalize_text
+
+
+@dataclass
+class SynthesisConfig:
+    top_k: int = 80
+    temperature: float = 0.85
+    max_frames_per_word: int = 0  # 0: about 2.5 s of frames at the codec's rate
+    min_frames_per_word: int = 1
+    seed: int | None = None
+
+
+@dataclass
+class WordChunk:
+    word_index: int  # 1-based
+    word: str
+    codes: torch.Tensor  # (K, n) frames generated for this word
+    capped: bool = False  # ended by the frame cap instead of the attention moving on
+
+
+class TTSBundle:
+    """Everything one voice needs, loaded once per process: model, symbols, G2P, codec."""
+
+    def __init__(self, model: S5TTS, symbols: SymbolTable, codec: BuiltinCodec, g2p: G2P | None = None):
+        self.model = model.eval()
+        self.symbols = symbols
+        self.codec = codec
+        self.g2p = g2p or G2P(symbols=symbols)
+        if model.config.codebook_size != codec.codebook_size or model.config.num_codebooks != codec.num_codebooks:
+            raise ValueError("model and codec disagree on codebooks")
+
+    @classmethod
+    def load(cls, model_dir: Path | str, codec_dir: Path | str | None = None) -> "TTSBundle":
+        from .train import load_exported
+
+        model, symbols, _ = load_exported(Path(model_dir))
+        return cls(model, symbols, BuiltinCodec.load(codec_dir))
+
+
+class UtteranceSynthesizer:
+    def __init__(self, bundle: TTSBundle, config: SynthesisConfig | None = None):
+        self.bundle = bundle
+        self.config = config or SynthesisConfig()
+        self.model = bundle.model
+        self.k = self.model.config.lookahead_words
+        self.encoder = IncrementalEncoder(self.model)
+        self.decoder = DecoderState(self.model)
+        self.words: list[str] = []
+        self.ended = False
+        self.current = 1  # word being generated
+        self.current_frames: list[torch.Tensor] = []
+        self.last_frame = torch.full((self.model.config.num_codebooks, 1), self.model.config.bos_id)
+        self.finished = False
+        self.total_frames = 0
+        self.generator = torch.Generator().manual_seed(self.config.seed) if self.config.seed is not None else None
+        cap = self.config.max_frames_per_word or round(2.5 * bundle.codec.frame_rate)
+        self.max_frames_per_word = cap
+        self.token_words: list[int] = []  # word of every encoder token, for reading the attention
+
+    # ---- input -------------------------------------------------------------------------------------------
+    def push_word(self, word: str) -> bool:
+        """One spoken word (already normalised, punctuation attached). Returns False if it has no phonemes
+        (nothing to say: it is skipped)."""
+        if self.ended:
+            raise RuntimeError("push_word after end()")
+        ids = self.bundle.g2p.encode_words([word])[0]
+        if not ids:
+            return False
+        self.encoder.push_word(ids)
+        self.words.append(word)
+        return True
+
+    def end(self) -> None:
+        self.ended = True
+        self.encoder.end()
+        if not self.words:
+            self.finished = True
+
+    # ---- generation ----------------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """May the current word be generated now?"""
+        if self.finished or not self.words:
+            return False
+        if self.ended:
+            return True
+        return self.k is not None and len(self.words) >= self.current + self.k
+
+    @torch.no_grad()
+    def step(self) -> list[WordChunk]:
+        """Decode frames while allowed; return the chunks of the words completed."""
+        chunks: list[WordChunk] = []
+        while self.ready():
+            chunk = self._advance_one_frame()
+            if chunk is not None:
+                chunks.append(chunk)
+        return chunks
+
+    def _advance_one_frame(self) -> WordChunk | None:
+        c = self.model.config
+        self.decoder.add_slots(self.encoder.read_slots())
+        n, last_word = self.current, len(self.words)
+        out = decode_step(self.decoder, self.last_frame, torch.tensor([n]))
+        is_last = self.ended and n == last_word
+        logits = mask_special_codes(out.logits[0], c.codebook_size, allow_eos=is_last and len(self.current_frames) >= self.config.min_frames_per_word)
+        codes = sample_codes(logits, self.config.top_k, self.config.temperature, self.generator)  # (K,)
+        if is_last and int(codes[0]) == c.eos_id:
+            return self._finish_word(capped=False, final=True)
+        codes = torch.where(codes >= c.codebook_size, torch.zeros_like(codes), codes)  # EOS in other codebooks
+        self.current_frames.append(codes)
+        self.last_frame = codes[:, None]
+        self.total_frames += 1
+        attention = out.token_attention[0]
+        word_of_token = torch.tensor(self.encoder.word_ids[: len(attention)])
+        peak_word = int(word_of_token[int(attention.argmax())])
+        frames = len(self.current_frames)
+        if frames >= self.max_frames_per_word:
+            return self._finish_word(capped=True, final=is_last)
+        if peak_word > n and frames >= self.config.min_frames_per_word:
+            return self._finish_word(capped=False, final=is_last and peak_word > last_word and frames > 1)
+        return None
+
+    def _finish_word(self, capped: bool, final: bool) -> WordChunk:
+        codes = torch.stack(self.current_frames, dim=1) if self.current_frames else torch.zeros(self.model.config.num_codebooks, 0, dtype=torch.long)
+        chunk = WordChunk(self.current, self.words[self.current - 1], codes, capped)
+        self.current_frames = []
+        if final or self.current >= len(self.words) and self.ended:
+            self.finished = True
+        else:
+            self.current += 1
+        return chunk
+
+
+def synthesize_text(bundle: TTSBundle, text: str, config: SynthesisConfig | None = None) -> tuple[torch.Tensor, list[WordChunk]]:
+    """Whole text at once (words pushed, then end()) -> all codes (K, T) and the word chunks."""
+    synth = UtteranceSynthesizer(bundle, config)
+    for word in normalize_text(text):
+        synth.push_word(word)
+    synth.end()
+    chunks = synth.step()
+    codes = torch.cat([ch.codes for ch in chunks], dim=1) if chunks else torch.zeros(bundle.codec.num_codebooks, 0, dtype=torch.long)
+    return codes, chunks
