@@ -97,7 +97,8 @@ def _data_codes(args: argparse.Namespace) -> int:
     with _progress() as progress:
         for manifest in args.manifests.split(","):
             if (args.corpus / f"{manifest}.jsonl").exists():
-                tokenize_manifest(args.corpus, manifest, codec, args.out, g2p, progress)
+                speakers = args.speakers.split(",") if args.speakers else None
+                tokenize_manifest(args.corpus, manifest, codec, args.out, g2p, progress, speakers)
     err.print(f"codec tokens in {args.out}")
     return 0
 
@@ -131,6 +132,21 @@ def _train(args: argparse.Namespace) -> int:
     with _progress() as progress:
         step = train(model_config, config, progress)
     err.print(f"trained to step {step}; checkpoint and export in {config.out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from tts.evaluate import evaluate, test_sentences
+    from tts.synthesis import TTSBundle
+
+    bundle = TTSBundle.load(args.model, args.codec)
+    if args.sentences:
+        sentences = [l.strip() for l in args.sentences.read_text().splitlines() if l.strip()][: args.limit]
+    else:
+        sentences = test_sentences(args.corpus, limit=args.limit)
+    with _progress() as progress:
+        result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress)
+    _print_result(result, args.json, "S5-TTS evaluation")
     return 0
 
 
@@ -173,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     codes.add_argument("--out", type=Path, required=True)
     codes.add_argument("--codec", type=Path, default=None, help="codec folder (default: the shipped codec)")
     codes.add_argument("--manifests", default="train,val,test,zeroshot")
+    codes.add_argument("--speakers", default="", help="comma-separated speakers (default: all)")
     codes.set_defaults(func=_data_codes)
 
     train = commands.add_parser("train", help="train S5-TTS / T5-TTS (resumes from the run folder)")
@@ -184,6 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--speakers", default="", help="comma-separated training speakers (default: all)")
     train.add_argument("--threads", type=int, default=0)
     train.set_defaults(func=_train)
+
+    ev = commands.add_parser("eval", help="streaming synthesis quality: WER/CER, similarity, DNSMOS, RTF")
+    ev.add_argument("--model", type=Path, required=True, help="exported model folder")
+    ev.add_argument("--codec", type=Path, default=None)
+    ev.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: the test split)")
+    ev.add_argument("--corpus", type=Path, default=Path("corpus"))
+    ev.add_argument("--limit", type=int, default=30)
+    ev.add_argument("--reference-voice", default="piper_joe")
+    ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=_eval)
 
     codec = commands.add_parser("codec", help="the built-in codec")
     codec_kinds = codec.add_subparsers(dest="kind_", required=True)

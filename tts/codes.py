@@ -42,9 +42,11 @@ def piper_frame_words(alignments: list, n_words: int, samples_per_frame: int, n_
     return (np.searchsorted(np.array(word_ends), centers, side="right") + 1).clip(1, n_words).astype(np.int16)
 
 
-def tokenize_manifest(corpus: Path, manifest: str, codec: BuiltinCodec, out: Path, g2p: G2P, progress=None) -> int:
-    """manifest -> out/MANIFEST-NNNN.npz shards (existing shards are kept)."""
-    entries = read_manifest(corpus / f"{manifest}.jsonl")
+def tokenize_manifest(
+    corpus: Path, manifest: str, codec: BuiltinCodec, out: Path, g2p: G2P, progress=None, speakers: list[str] | None = None
+) -> int:
+    """manifest (optionally only some speakers) -> out/MANIFEST-NNNN.npz shards (existing shards are kept)."""
+    entries = [e for e in read_manifest(corpus / f"{manifest}.jsonl") if speakers is None or e.speaker in speakers]
     out.mkdir(parents=True, exist_ok=True)
     shards = range(0, len(entries), SHARD_SIZE)
     task = progress.add_task(f"codes {manifest}", total=len(entries)) if progress else None

@@ -1,0 +1,90 @@
+"""`s5 eval`: synthesise sentences word by word (streaming), transcribe them, and compare with a reference voice."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .data import read_manifest
+from .metrics import dnsmos, error_rates, speaker_similarity, transcribe
+from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer
+from .text import normalize_text
+from .voices import SAMPLE_RATE, VOICES
+
+
+@dataclass
+class EvalResult:
+    text: str
+    audio: np.ndarray
+    seconds: float  # synthesis wall time
+    chunks: int
+    capped_words: int
+
+
+def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig) -> EvalResult:
+    """Words pushed one at a time with decoding in between, as a live LLM stream would drive it."""
+    start = time.perf_counter()
+    synth = UtteranceSynthesizer(bundle, config)
+    decoder = bundle.codec.streaming_decoder()
+    parts, chunks = [], []
+    for word in normalize_text(text):
+        synth.push_word(word)
+        for chunk in synth.step():
+            chunks.append(chunk)
+            parts.append(decoder.push(chunk.codes))
+    synth.end()
+    for chunk in synth.step():
+        chunks.append(chunk)
+        parts.append(decoder.push(chunk.codes))
+    parts.append(decoder.flush())
+    audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    return EvalResult(text, audio, time.perf_counter() - start, len(chunks), sum(c.capped for c in chunks))
+
+
+def evaluate(
+    bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
+    speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
+) -> dict:
+    reference = VOICES[reference_voice]
+    task = progress.add_task("eval", total=len(sentences)) if progress else None
+    hyps, ref_hyps, sims, moses, ratios = [], [], [], [], []
+    synth_seconds = audio_seconds = 0.0
+    for i, text in enumerate(sentences):
+        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i))
+        ref_audio = reference.synthesize(text).audio
+        hyps.append(transcribe(result.audio, SAMPLE_RATE) if len(result.audio) else "")
+        ref_hyps.append(transcribe(ref_audio, SAMPLE_RATE))
+        target = speaker_clip if speaker_clip is not None else ref_audio
+        sims.append(speaker_similarity(result.audio, target, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 0.0)
+        moses.append(dnsmos(result.audio, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 1.0)
+        ratios.append(len(result.audio) / max(1, len(ref_audio)))
+        synth_seconds += result.seconds
+        audio_seconds += len(result.audio) / SAMPLE_RATE
+        if out_dir is not None:
+            from .voices import write_wav
+
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_wav(out_dir / f"{i:03d}.wav", result.audio)
+        if progress:
+            progress.advance(task)
+    wer, cer = error_rates(sentences, hyps)
+    wer_ref, _ = error_rates(sentences, ref_hyps)
+    return {
+        "wer": round(wer, 2), "cer": round(cer, 2), "wer_reference": round(wer_ref, 2),
+        "speaker_similarity": round(float(np.mean(sims)), 3), "dnsmos": round(float(np.mean(moses)), 3),
+        "rtf": round(synth_seconds / max(audio_seconds, 1e-6), 3),
+        "duration_ratio": round(float(np.mean(ratios)), 3),
+        "duration_ratio_min": round(float(np.min(ratios)), 3), "duration_ratio_max": round(float(np.max(ratios)), 3),
+        "duration_ratio_in_range": round(float(np.mean([(0.6 <= r <= 1.6) for r in ratios])), 3),
+        "n": len(sentences), "mode": "s5" if bundle.model.config.lookahead_words is not None else "t5",
+        "threads": torch.get_num_threads(),
+    }
+
+
+def test_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30) -> list[str]:
+    """Sentences of the test split (never seen in training), in a stable order."""
+    entries = [e for e in read_manifest(corpus / "test.jsonl") if e.speaker == speaker] or read_manifest(corpus / "test.jsonl")
+    return sorted({e.text for e in entries})[:limit]
