@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
 
 
 def _bench_model(args: argparse.Namespace) -> int:
