@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine: the Debian packages the voices and G2P need, then the virtual environment
 # at .venv with the project, its data/eval/test extras and the pinned CPU torch. Safe to run again.
+# --with-nemo also installs the optional NeMo codec extra (a few minutes; the test command uses it).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,4 +28,6 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]"
+extras="test"
+[ "${1:-}" = "--with-nemo" ] && extras="test,nemo"
+.venv/bin/python -m pip install --quiet -e ".[$extras]"

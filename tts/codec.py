@@ -85,15 +85,26 @@ class FSQ(nn.Module):
 
 
 # ---- networks ---------------------------------------------------------------------------------------------------
+ConvState = dict  # CausalConv -> its last `left` input frames (B, C, left), one dict per streamed utterance
+
+
 class CausalConv(nn.Conv1d):
-    """Conv1d that only looks back: (B, C, T) -> (B, C', T)."""
+    """Conv1d that only looks back: (B, C, T) -> (B, C', T). With a state dict it streams: the input frames it
+    still needs are kept there, so chunk by chunk gives exactly the whole-sequence output."""
 
     def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1):
         super().__init__(c_in, c_out, kernel, dilation=dilation)
         self.left = (kernel - 1) * dilation
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(F.pad(x, (self.left, 0)))
+    def forward(self, x: torch.Tensor, state: ConvState | None = None) -> torch.Tensor:
+        if state is None:
+            return super().forward(F.pad(x, (self.left, 0)))
+        history = state.get(self)
+        if history is None:
+            history = x.new_zeros(x.shape[0], x.shape[1], self.left)
+        x = torch.cat([history, x], dim=2)
+        state[self] = x[:, :, x.shape[2] - self.left :]
+        return super().forward(x)
 
 
 class CausalBlock(nn.Module):
@@ -102,8 +113,8 @@ class CausalBlock(nn.Module):
         self.conv1 = CausalConv(channels, channels, 3, dilation)
         self.conv2 = nn.Conv1d(channels, channels, 1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(F.gelu(self.conv1(F.gelu(x))))
+    def forward(self, x: torch.Tensor, state: ConvState | None = None) -> torch.Tensor:
+        return x + self.conv2(F.gelu(self.conv1(F.gelu(x), state)))
 
 
 class CodecEncoder(nn.Module):
@@ -136,13 +147,17 @@ class CodecDecoder(nn.Module):
         self.up = nn.Conv1d(c, c * r, 1)  # one codec frame -> r WORLD frames
         self.fine = nn.Sequential(CausalBlock(c, 1), CausalBlock(c, 2))
         self.out = nn.Conv1d(c, world.FEATURE_DIM, 1)
-        self.receptive_field = 2 + sum(2 * 2**i for i in range(config.decoder_blocks)) + math.ceil(6 / r)
 
-    def forward(self, q: torch.Tensor) -> torch.Tensor:
-        x = self.blocks(self.inp(q))
+    def forward(self, q: torch.Tensor, state: ConvState | None = None) -> torch.Tensor:
+        """state: a dict kept across calls streams the decoder (bounded: each conv keeps (kernel-1)*dilation frames)."""
+        x = self.inp(q, state)
+        for block in self.blocks:
+            x = block(x, state)
         B, C, T = x.shape
         x = self.up(x).view(B, C, self.r, T).permute(0, 1, 3, 2).reshape(B, C, T * self.r)
-        return self.out(self.fine(x))
+        for block in self.fine:
+            x = block(x, state)
+        return self.out(x)
 
 
 class FeatureCodec(nn.Module):
@@ -232,9 +247,9 @@ class BuiltinCodec:
         return self.encode_features(world.analyze(audio))
 
     @torch.no_grad()
-    def decode_features(self, codes: torch.Tensor) -> np.ndarray:
-        """(K, T) -> (T * frames_per_code, D) WORLD features"""
-        out = self.model.decoder(self.model.fsq.from_codes(codes[None].long()))
+    def decode_features(self, codes: torch.Tensor, state: ConvState | None = None) -> np.ndarray:
+        """(K, T) -> (T * frames_per_code, D) WORLD features; pass the same state dict chunk after chunk to stream"""
+        out = self.model.decoder(self.model.fsq.from_codes(codes[None].long()), state)
         return self.model.denormalize(out)[0].numpy()
 
     def decode(self, codes: torch.Tensor) -> np.ndarray:
@@ -248,18 +263,17 @@ class BuiltinCodec:
 class StreamingCodecDecoder:
     """Per-utterance streaming decoder: code chunks in, audio out.
 
-    The network sees at most its receptive field of earlier codec frames (bounded left context; its outputs for
-    new frames equal the offline ones). WORLD synthesis of a chunk re-runs a few earlier feature frames; the
+    The network streams with per-conv state (a bounded left context: no code is decoded twice, and its outputs
+    equal the offline ones). WORLD synthesis of a chunk re-runs a few earlier feature frames; the
     newest `crossfade_frames` of audio, synthesised without right context, are held back and Hann-crossfaded
     into their re-synthesis when the next chunk arrives (or emitted by `flush()`). Total length equals offline
     decoding: T codec frames -> T * samples_per_frame samples."""
 
     def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2):
         self.codec = codec
-        self.context_codes = codec.model.decoder.receptive_field
+        self.conv_state: ConvState = {}
         self.crossfade = crossfade_frames * world.HOP
         self.context_frames = crossfade_frames + 2  # WORLD frames re-synthesised before the held samples
-        self.codes = torch.zeros(codec.num_codebooks, 0, dtype=torch.long)
         self.features = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # recent WORLD frames only
         self.done = 0  # frames of self.features whose audio was emitted or is held
         self.held = np.zeros(0, dtype=np.float32)
@@ -268,10 +282,7 @@ class StreamingCodecDecoder:
         """(K, n) new codes -> audio ready to play (possibly empty)."""
         if codes.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
-        context = self.codes[:, max(0, self.codes.shape[1] - self.context_codes):]
-        window = torch.cat([context, codes.long()], dim=1)
-        new_features = self.codec.decode_features(window)[context.shape[1] * self.codec.config.frames_per_code:]
-        self.codes = window[:, max(0, window.shape[1] - self.context_codes):]
+        new_features = self.codec.decode_features(codes, self.conv_state)
         self.features = np.concatenate([self.features, new_features])
         return self._render()
 

@@ -54,6 +54,7 @@ class IncrementalEncoder:
         """Words pushed so far (not counting the EOS word that end() adds)."""
         return len(self.word_starts) - int(self.ended and bool(self.word_starts))
 
+    @torch.no_grad()
     def push_word(self, token_ids: list[int]) -> None:
         """Add the phoneme ids of the next word (its punctuation included)."""
         if self.ended:
@@ -66,6 +67,7 @@ class IncrementalEncoder:
         if self.k is not None:
             self._emit_group(len(self.word_starts))
 
+    @torch.no_grad()
     def end(self) -> None:
         """The text is complete: EOS arrives as word N+1, and every remaining slot becomes computable."""
         if self.ended:
@@ -155,6 +157,7 @@ class DecoderState:
         self.slot_tokens = torch.empty(0, dtype=torch.long)
         self.position = 0
 
+    @torch.no_grad()
     def add_slots(self, update: SlotUpdate | None) -> None:
         if update is None:
             return
