@@ -28,6 +28,9 @@ class CodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_blocks: int = 3
+    # spectral loss weights per coded-envelope dimension: "variance" weighs each by its variance (the MSE of the
+    # raw log envelope, dominated by the low-order terms ASR features read), "uniform" treats them alike
+    spectrum_weighting: str = "uniform"
 
     @property
     def codebook_size(self) -> int:
@@ -170,6 +173,12 @@ class FeatureCodec(nn.Module):
         self.register_buffer("feature_mean", torch.zeros(world.FEATURE_DIM))
         self.register_buffer("feature_std", torch.ones(world.FEATURE_DIM))
 
+    def spectrum_weights(self) -> torch.Tensor | None:
+        if self.config.spectrum_weighting == "uniform":
+            return None
+        variance = self.feature_std[2:] ** 2
+        return variance / variance.mean()
+
     def normalize(self, features: torch.Tensor) -> torch.Tensor:
         """(B, T, D) raw -> (B, D, T) normalised"""
         return ((features - self.feature_mean) / self.feature_std).transpose(1, 2)
@@ -187,12 +196,16 @@ class FeatureCodec(nn.Module):
         return self.decoder(self.fsq.quantize(self.encoder(target))), target
 
 
-def codec_loss(output: torch.Tensor, target: torch.Tensor, features: torch.Tensor) -> dict[str, torch.Tensor]:
-    """MSE on normalised log F0 (voiced frames), spectral envelope and aperiodicity; BCE on voicing."""
+def codec_loss(
+    output: torch.Tensor, target: torch.Tensor, features: torch.Tensor, spectrum_weights: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """MSE on normalised log F0 (voiced frames), spectral envelope and aperiodicity (optionally weighted per
+    dimension, weights averaging 1); BCE on voicing."""
     voiced = features[..., 1]  # (B, T) 0/1
     f0 = ((output[:, 0] - target[:, 0]) ** 2 * voiced).sum() / voiced.sum().clamp(min=1)
     vuv = F.binary_cross_entropy_with_logits(output[:, 1], voiced)
-    spectrum = F.mse_loss(output[:, 2:], target[:, 2:])
+    squared = (output[:, 2:] - target[:, 2:]) ** 2  # (B, D-2, T)
+    spectrum = (squared * spectrum_weights.view(1, -1, 1)).mean() if spectrum_weights is not None else squared.mean()
     total = 2.0 * f0 + vuv + spectrum
     return {"total": total, "f0": f0, "vuv": vuv, "spectrum": spectrum}
 
@@ -260,53 +273,62 @@ class BuiltinCodec:
         return StreamingCodecDecoder(self, crossfade_frames)
 
 
-class StreamingCodecDecoder:
-    """Per-utterance streaming decoder: code chunks in, audio out.
+class CrossfadeJoiner:
+    """Joins audio rendered window by window: the newest `hold` samples of each window wait for the next one,
+    which renders them again with right context, and the two renderings are Hann-crossfaded."""
 
-    The network streams with per-conv state (a bounded left context: no code is decoded twice, and its outputs
-    equal the offline ones). WORLD synthesis of a chunk re-runs a few earlier feature frames; the
-    newest `crossfade_frames` of audio, synthesised without right context, are held back and Hann-crossfaded
-    into their re-synthesis when the next chunk arrives (or emitted by `flush()`). Total length equals offline
-    decoding: T codec frames -> T * samples_per_frame samples."""
-
-    def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2):
-        self.codec = codec
-        self.conv_state: ConvState = {}
-        self.crossfade = crossfade_frames * world.HOP
-        self.context_frames = crossfade_frames + 2  # WORLD frames re-synthesised before the held samples
-        self.features = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # recent WORLD frames only
-        self.done = 0  # frames of self.features whose audio was emitted or is held
+    def __init__(self, hold: int):
+        self.hold = hold
         self.held = np.zeros(0, dtype=np.float32)
 
-    def push(self, codes: torch.Tensor) -> np.ndarray:
-        """(K, n) new codes -> audio ready to play (possibly empty)."""
-        if codes.shape[1] == 0:
-            return np.zeros(0, dtype=np.float32)
-        new_features = self.codec.decode_features(codes, self.conv_state)
-        self.features = np.concatenate([self.features, new_features])
-        return self._render()
-
-    def flush(self) -> np.ndarray:
-        """The held samples, at the end of the utterance (they already had all the right context there is)."""
-        out, self.held = self.held, np.zeros(0, dtype=np.float32)
-        return out
-
-    def _render(self) -> np.ndarray:
-        hop = world.HOP
-        start = max(0, self.done - self.context_frames)
-        audio = world.synthesize(self.features[start:])
-        begin = (self.done - start) * hop  # first sample neither emitted nor held
+    def join(self, audio: np.ndarray, begin: int) -> np.ndarray:
+        """audio: a rendering whose samples from `begin` on are new and whose len(held) samples before `begin`
+        re-render the held ones (begin >= len(held)). Returns what may be played now."""
         n = len(self.held)
         if n:
             fade_in = np.sin(0.5 * np.pi * (np.arange(n) + 0.5) / n) ** 2
             audio[begin - n : begin] = self.held * (1 - fade_in) + audio[begin - n : begin] * fade_in
         out = audio[begin - n :]
-        keep = min(self.crossfade, len(out))
+        keep = min(self.hold, len(out))
         self.held = out[len(out) - keep :].copy()
-        drop = max(0, len(self.features) - self.context_frames)
-        self.features = self.features[drop:]
+        return out[: len(out) - keep].astype(np.float32)
+
+    def flush(self) -> np.ndarray:
+        out, self.held = self.held, np.zeros(0, dtype=np.float32)
+        return out
+
+
+class StreamingCodecDecoder:
+    """Per-utterance streaming decoder: code chunks in, audio out.
+
+    The network streams with per-conv state (a bounded left context: no code is decoded twice, and its outputs
+    equal the offline ones). WORLD synthesis of a chunk re-runs a few earlier feature frames; the newest
+    `crossfade_frames` of audio, synthesised without right context, are held back and crossfaded into their
+    re-synthesis when the next chunk arrives (or emitted by `flush()`). Total length equals offline decoding:
+    T codec frames -> T * samples_per_frame samples."""
+
+    def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2):
+        self.codec = codec
+        self.conv_state: ConvState = {}
+        self.joiner = CrossfadeJoiner(crossfade_frames * world.HOP)
+        self.context_frames = crossfade_frames + 2  # WORLD frames re-synthesised before the held samples
+        self.features = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # recent WORLD frames only
+        self.done = 0  # frames of self.features whose audio was emitted or is held
+
+    def push(self, codes: torch.Tensor) -> np.ndarray:
+        """(K, n) new codes -> audio ready to play (possibly empty)."""
+        if codes.shape[1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        self.features = np.concatenate([self.features, self.codec.decode_features(codes, self.conv_state)])
+        start = max(0, self.done - self.context_frames)
+        out = self.joiner.join(world.synthesize(self.features[start:]), (self.done - start) * world.HOP)
+        self.features = self.features[max(0, len(self.features) - self.context_frames) :]
         self.done = len(self.features)
-        return out[: len(out) - keep]
+        return out
+
+    def flush(self) -> np.ndarray:
+        """The held samples, at the end of the utterance (they already had all the right context there is)."""
+        return self.joiner.flush()
 
 
 DEFAULT_CODEC_DIR = Path(__file__).resolve().parent / "assets" / "codec"

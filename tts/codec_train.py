@@ -131,7 +131,7 @@ def train_codec(corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig
             group["lr"] = train.lr * 0.5 * (1 + np.cos(np.pi * min(fraction, 1.0)))
         features = random_segments(train_set, train.batch, length, rng)
         output, target = model(features)
-        losses = codec_loss(output, target, features)
+        losses = codec_loss(output, target, features, model.spectrum_weights())
         optimizer.zero_grad()
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -143,6 +143,6 @@ def train_codec(corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig
     with torch.no_grad():
         features = random_segments(val_set, 64, length, np.random.default_rng(1))
         output, target = model(features)
-        log = {k: round(float(v), 4) for k, v in codec_loss(output, target, features).items()}
+        log = {k: round(float(v), 4) for k, v in codec_loss(output, target, features, model.spectrum_weights()).items()}
     log.update(steps=step, minutes=round((time.monotonic() - started) / 60, 1))
     return BuiltinCodec(model), log

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .codec import CrossfadeJoiner
+
 
 class NemoCodec:
     """sample_rate, frame_rate, num_codebooks, codebook_size, encode(wav) -> [K, T], decode(codes) -> wav,
@@ -60,28 +62,16 @@ class WindowedStreamingDecoder:
         assert context_frames >= crossfade_frames
         self.codec = codec
         self.context_frames = context_frames
-        self.crossfade = crossfade_frames * codec.samples_per_frame
+        self.joiner = CrossfadeJoiner(crossfade_frames * codec.samples_per_frame)
         self.codes = torch.zeros(codec.num_codebooks, 0, dtype=torch.long)
-        self.held = np.zeros(0, dtype=np.float32)
 
     def push(self, codes: torch.Tensor) -> np.ndarray:
         if codes.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
-        spf = self.codec.samples_per_frame
         context = self.codes[:, max(0, self.codes.shape[1] - self.context_frames) :]
         window = torch.cat([context, codes.long()], dim=1)
-        audio = self.codec.decode(window)
-        begin = context.shape[1] * spf
-        n = len(self.held)
-        if n:
-            fade_in = np.sin(0.5 * np.pi * (np.arange(n) + 0.5) / n) ** 2
-            audio[begin - n : begin] = self.held * (1 - fade_in) + audio[begin - n : begin] * fade_in
-        out = audio[begin - n :]
-        keep = min(self.crossfade, len(out))
-        self.held = out[len(out) - keep :].copy()
         self.codes = window[:, max(0, window.shape[1] - self.context_frames) :]
-        return out[: len(out) - keep]
+        return self.joiner.join(self.codec.decode(window), context.shape[1] * self.codec.samples_per_frame)
 
     def flush(self) -> np.ndarray:
-        out, self.held = self.held, np.zeros(0, dtype=np.float32)
-        return out
+        return self.joiner.flush()
