@@ -81,8 +81,9 @@ def _codec_train(args: argparse.Namespace) -> int:
         extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
         extract_features(args.corpus, args.workers, progress, manifests=("val",))
         codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting)
-        codec, log = train_codec(args.corpus, codec_config, CodecTrainConfig(minutes=args.minutes), progress)
-    out = args.out or DEFAULT_CODEC_DIR
+        out = args.out or DEFAULT_CODEC_DIR
+        out.mkdir(parents=True, exist_ok=True)
+        codec, log = train_codec(args.corpus, codec_config, CodecTrainConfig(minutes=args.minutes), progress, out / "train_log.jsonl")
     codec.save(out)
     err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
     return 0
@@ -229,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec_train.add_argument("--minutes", type=float, default=25.0)
     codec_train.add_argument("--workers", type=int, default=2)
     codec_train.add_argument("--per-speaker", type=int, default=60, help="training utterances per speaker")
-    codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance"], default="variance")
+    codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance"], default="uniform")
     codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
     codec_train.set_defaults(func=_codec_train)
 

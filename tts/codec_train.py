@@ -1,6 +1,7 @@
 """WORLD feature extraction over a corpus (parallel, resumable) and built-in codec training."""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import random
 import time
@@ -86,14 +87,20 @@ class CodecTrainConfig:
 
 
 def load_feature_set(corpus: Path, manifest: str, max_hours: float, seed: int) -> list[np.ndarray]:
-    entries = read_manifest(corpus / f"{manifest}.jsonl")
+    """Up to max_hours of cached features, taken round-robin over speakers so that no voice dominates."""
+    entries = [e for e in read_manifest(corpus / f"{manifest}.jsonl") if feature_path(corpus, e.audio_filepath).exists()]
     random.Random(seed).shuffle(entries)
-    out, seconds = [], 0.0
+    by_speaker: dict[str, list] = {}
     for e in entries:
-        path = feature_path(corpus, e.audio_filepath)
-        if path.exists() and seconds < max_hours * 3600:
-            out.append(np.load(path))
-            seconds += e.duration
+        by_speaker.setdefault(e.speaker, []).append(e)
+    queues = list(by_speaker.values())
+    out, seconds = [], 0.0
+    while seconds < max_hours * 3600 and any(queues):
+        for queue in queues:
+            if queue and seconds < max_hours * 3600:
+                e = queue.pop()
+                out.append(np.load(feature_path(corpus, e.audio_filepath)))
+                seconds += e.duration
     if not out:
         raise FileNotFoundError(f"no WORLD features for {manifest} in {corpus}/features (run `s5 codec features`)")
     return out
@@ -110,7 +117,9 @@ def random_segments(features: list[np.ndarray], count: int, length: int, rng: np
     return torch.from_numpy(np.stack(batch))
 
 
-def train_codec(corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig, progress=None) -> tuple[BuiltinCodec, dict]:
+def train_codec(
+    corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig, progress=None, log_path: Path | None = None
+) -> tuple[BuiltinCodec, dict]:
     torch.manual_seed(train.seed)
     rng = np.random.default_rng(train.seed)
     train_set = load_feature_set(corpus, "train", train.max_hours, train.seed)
@@ -137,6 +146,10 @@ def train_codec(corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         step += 1
+        if log_path is not None and step % 100 == 0:
+            with log_path.open("a") as f:
+                f.write(json.dumps({"step": step, "minutes": round((time.monotonic() - started) / 60, 2),
+                                    **{k: round(float(v), 4) for k, v in losses.items()}}) + "\n")
         if progress:
             progress.update(task, completed=min(time.monotonic() - started, train.minutes * 60))
     model.eval()

@@ -29,7 +29,7 @@ from .model import TEXT_BOS, TEXT_EOS, S5TTS, Batch
 
 @dataclass
 class TrainConfig:
-    data: str = "data/tokens"  # folder of tokenised shards (s5 data codes)
+    data: str = "tts/assets/tokens/piper_joe_21hz"  # folder of tokenised shards (s5 data codes)
     out: str = "runs/s5_default"
     speakers: list[str] = field(default_factory=list)  # empty: every training speaker
     batch_frames: int = 2400  # codec frames per batch (length-bucketed)
