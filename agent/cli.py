@@ -138,14 +138,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from tts.evaluate import evaluate, test_sentences
+    from tts.evaluate import evaluate, heldout_sentences
     from tts.synthesis import TTSBundle
 
     bundle = TTSBundle.load(args.model, args.codec)
     if args.sentences:
         sentences = [l.strip() for l in args.sentences.read_text().splitlines() if l.strip()][: args.limit]
     else:
-        sentences = test_sentences(args.corpus, limit=args.limit)
+        sentences = heldout_sentences(args.corpus, limit=args.limit)
     with _progress() as progress:
         result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress)
     _print_result(result, args.json, "S5-TTS evaluation")

@@ -48,6 +48,10 @@ def evaluate(
     bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
     speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
 ) -> dict:
+    if not sentences:
+        raise ValueError("no sentences to evaluate")
+    if reference_voice not in VOICES:
+        raise ValueError(f"unknown reference voice {reference_voice!r} (known: {', '.join(VOICES)})")
     reference = VOICES[reference_voice]
     task = progress.add_task("eval", total=len(sentences)) if progress else None
     hyps, ref_hyps, sims, moses, ratios = [], [], [], [], []
@@ -84,7 +88,7 @@ def evaluate(
     }
 
 
-def test_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30) -> list[str]:
+def heldout_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30) -> list[str]:
     """Sentences of the test split (never seen in training), in a stable order."""
     entries = [e for e in read_manifest(corpus / "test.jsonl") if e.speaker == speaker] or read_manifest(corpus / "test.jsonl")
     return sorted({e.text for e in entries})[:limit]
