@@ -8,7 +8,7 @@ last word is being decoded. The async front end and audio output build on this.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch

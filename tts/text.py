@@ -50,7 +50,7 @@ SCALE = {"k": "thousand", "m": "million", "b": "billion", "bn": "billion", "t": 
 
 NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
 RE_NUMBER = re.compile(rf"^{NUMBER}$")
-RE_CURRENCY = re.compile(rf"^(-?)([$€£¥])(\d[\d,]*(?:\.\d+)?)(k|m|bn|b|t)?$", re.I)
+RE_CURRENCY = re.compile(r"^(-?)([$€£¥])(\d[\d,]*(?:\.\d+)?)(k|m|bn|b|t)?$", re.I)
 RE_PERCENT = re.compile(rf"^({NUMBER})%$")
 RE_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::\d{2})?(am|pm|a\.m\.|p\.m\.)?$", re.I)
 RE_ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")

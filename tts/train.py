@@ -23,7 +23,6 @@ import yaml
 from .codes import TokenizedUtterance, load_tokenized
 from .config import ModelConfig, from_dict, resolve_config_path
 from .g2p import SymbolTable
-from .losses import LossWeights
 from .model import TEXT_BOS, TEXT_EOS, S5TTS, Batch
 
 

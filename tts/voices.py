@@ -2,7 +2,6 @@
 festival and espeak-ng voices. Every voice returns float32 mono audio at 22.05 kHz."""
 from __future__ import annotations
 
-import io
 import shutil
 import subprocess
 import wave

@@ -77,19 +77,22 @@ def test_encoder_slots_match_full_encoder_versions():
     with torch.no_grad():
         full = model.encode(tokens, word_ids)[0]  # (T, J, C)
     encoder = IncrementalEncoder(model)
-    seen = 0
+    updates = []
     for i, w in enumerate(words, start=1):
         encoder.push_word(w)
         update = encoder.read_slots()
         # append-only: each push makes exactly the slots whose horizon is the new word
         assert torch.all(update.words + update.versions == i)
-        seen += len(update.words)
+        updates.append(update)
     encoder.end()
     update = encoder.read_slots()
     assert torch.all(update.words + update.versions >= len(words) + 1)
-    seen += len(update.words)
-    assert seen == tokens.shape[1] * 3  # every (token, version) exactly once
+    updates.append(update)
     assert encoder.read_slots() is None
+    slots = {(int(t), int(j)): state for u in updates for t, j, state in zip(u.tokens, u.versions, u.states)}
+    assert len(slots) == sum(len(u.tokens) for u in updates) == tokens.shape[1] * 3  # every (token, version) once
+    for (t, j), state in slots.items():
+        assert (state - full[t, j]).abs().max() <= 1e-5, (t, j)
 
 
 def test_encoder_never_recomputes_finished_words():
