@@ -83,7 +83,8 @@ def _codec_train(args: argparse.Namespace) -> int:
         codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting)
         out = args.out or DEFAULT_CODEC_DIR
         out.mkdir(parents=True, exist_ok=True)
-        codec, log = train_codec(args.corpus, codec_config, CodecTrainConfig(minutes=args.minutes), progress, out / "train_log.jsonl")
+        train_config = CodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours)
+        codec, log = train_codec(args.corpus, codec_config, train_config, progress, out / "train_log.jsonl")
     codec.save(out)
     err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
     return 0
@@ -231,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec_train.add_argument("--workers", type=int, default=2)
     codec_train.add_argument("--per-speaker", type=int, default=60, help="training utterances per speaker")
     codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance"], default="uniform")
+    codec_train.add_argument("--max-hours", type=float, default=3.0, help="training audio loaded, taken round-robin over voices")
     codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
     codec_train.set_defaults(func=_codec_train)
 
