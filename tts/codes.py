@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .codec import BuiltinCodec
-from .codec_train import feature_path
+from .codec_train import feature_path, load_audio
 from .data import read_manifest
 from .g2p import G2P
 from .world import analyze
@@ -60,7 +60,7 @@ def tokenize_manifest(
                 if not ids:
                     continue
                 fpath = feature_path(corpus, e.audio_filepath)
-                features = np.load(fpath) if fpath.exists() else analyze(_audio(corpus, e.audio_filepath))
+                features = np.load(fpath) if fpath.exists() else analyze(load_audio(corpus, e.audio_filepath))
                 codes = codec.encode_features(features).numpy().astype(np.int16)
                 frame_words = None
                 if e.phoneme_alignments:
@@ -72,12 +72,6 @@ def tokenize_manifest(
         elif progress:
             progress.advance(task, len(chunk))
     return len(entries)
-
-
-def _audio(corpus: Path, audio_filepath: str) -> np.ndarray:
-    from .codec_train import load_audio
-
-    return load_audio(corpus, audio_filepath)
 
 
 def save_shard(path: Path, utterances: list[TokenizedUtterance]) -> None:
