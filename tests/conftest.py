@@ -30,3 +30,23 @@ def flatten_words(words: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle():
+    """A tiny random S5/T5 model behind the real G2P and a small random codec: the control flow, not the voice.
+    tiny_bundle(k) gives an S5 bundle with k lookahead words, tiny_bundle(None) a full-context one."""
+    from tts.codec import BuiltinCodec, CodecConfig, FeatureCodec
+    from tts.g2p import G2P, SymbolTable
+    from tts.model import S5TTS
+    from tts.synthesis import TTSBundle
+
+    g2p = G2P()
+    codec = BuiltinCodec(FeatureCodec(CodecConfig(channels=32)))
+
+    def make(lookahead):
+        torch.manual_seed(0)
+        config = tiny_config(lookahead, phoneme_vocab_size=len(SymbolTable.default()), num_codebooks=8, codebook_size=1000)
+        return TTSBundle(S5TTS(config), SymbolTable.default(), codec, g2p)
+
+    return make

@@ -18,7 +18,7 @@ from .g2p import G2P, SymbolTable
 from .incremental import DecoderState, IncrementalEncoder, decode_step
 from .model import S5TTS
 from .sampling import mask_special_codes, sample_codes
-from .text import normalize_text
+from .text import SPOKEN_PUNCTUATION, normalize_text
 
 
 @dataclass
@@ -71,7 +71,7 @@ class UtteranceSynthesizer:
         self.current_frames: list[torch.Tensor] = []
         self.last_frame = torch.full((self.model.config.num_codebooks, 1), self.model.config.bos_id)
         self.finished = False
-        self.total_frames = 0
+        self.frames: list[torch.Tensor] = []  # every generated frame (K,), in order: streaming reads a cursor
         self.generator = torch.Generator().manual_seed(self.config.seed) if self.config.seed is not None else None
         cap = self.config.max_frames_per_word or round(2.5 * bundle.codec.frame_rate)
         self.max_frames_per_word = cap
@@ -80,12 +80,12 @@ class UtteranceSynthesizer:
     # ---- input -------------------------------------------------------------------------------------------
     def push_word(self, word: str) -> bool:
         """One spoken word (already normalised, punctuation attached). Returns False if it has no phonemes
-        (nothing to say: it is skipped)."""
+        besides punctuation (nothing to say: it is skipped)."""
         if self.ended:
             raise RuntimeError("push_word after end()")
         ids = self.bundle.g2p.encode_words([word])[0]
-        if not ids:
-            return False
+        if all(self.bundle.symbols.symbols[i] in SPOKEN_PUNCTUATION for i in ids):
+            return False  # nothing but punctuation (or nothing at all): no sound to make
         self.encoder.push_word(ids)
         self.words.append(word)
         return True
@@ -106,13 +106,18 @@ class UtteranceSynthesizer:
         return self.k is not None and len(self.words) >= self.current + self.k
 
     @torch.no_grad()
-    def step(self) -> list[WordChunk]:
-        """Decode frames while allowed; return the chunks of the words completed."""
+    def step(self, max_frames: int | None = None, stop_at_word: bool = False) -> list[WordChunk]:
+        """Decode frames while allowed (at most max_frames, and only up to the next completed word with
+        stop_at_word); return the chunks of the words completed."""
         chunks: list[WordChunk] = []
-        while self.ready():
+        steps = 0
+        while self.ready() and (max_frames is None or steps < max_frames):
             chunk = self._advance_one_frame()
+            steps += 1
             if chunk is not None:
                 chunks.append(chunk)
+                if stop_at_word:
+                    break
         return chunks
 
     def _advance_one_frame(self) -> WordChunk | None:
@@ -127,8 +132,8 @@ class UtteranceSynthesizer:
             return self._finish_word(capped=False, final=True)
         codes = torch.where(codes >= c.codebook_size, torch.zeros_like(codes), codes)  # EOS in other codebooks
         self.current_frames.append(codes)
+        self.frames.append(codes)
         self.last_frame = codes[:, None]
-        self.total_frames += 1
         attention = out.token_attention[0]
         word_of_token = torch.tensor(self.encoder.word_ids[: len(attention)])
         peak_word = int(word_of_token[int(attention.argmax())])

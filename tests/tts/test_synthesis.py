@@ -3,24 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import tiny_config
-from tts.codec import BuiltinCodec, CodecConfig, FeatureCodec
-from tts.g2p import G2P, SymbolTable
-from tts.model import S5TTS
-from tts.synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, synthesize_text
+from tts.synthesis import SynthesisConfig, UtteranceSynthesizer, synthesize_text
 
 
 @pytest.fixture(scope="module")
-def bundle_factory():
-    g2p = G2P()
-    codec = BuiltinCodec(FeatureCodec(CodecConfig(channels=32)))
-
-    def make(lookahead):
-        torch.manual_seed(0)
-        config = tiny_config(lookahead, phoneme_vocab_size=len(SymbolTable.default()), num_codebooks=8, codebook_size=1000)
-        return TTSBundle(S5TTS(config), SymbolTable.default(), codec, g2p)
-
-    return make
+def bundle_factory(tiny_bundle):
+    return tiny_bundle
 
 
 def test_generation_waits_for_lookahead_words(bundle_factory):

@@ -1,0 +1,24 @@
+"""Loudness helpers shared by the players and the benchmarks."""
+from __future__ import annotations
+
+import numpy as np
+
+AUDIBLE_DBFS = -40.0
+WINDOW_S = 0.010
+
+
+def first_audible_sample(samples: np.ndarray, sample_rate: int, threshold_dbfs: float = AUDIBLE_DBFS) -> int | None:
+    """Index of the first sample of the first 10 ms window whose RMS is at or above threshold_dbfs (full scale
+    = 1.0), or None. Windows start at 0 of `samples`; a trailing partial window counts with its own length."""
+    window = max(1, int(round(WINDOW_S * sample_rate)))
+    n = len(samples)
+    if n == 0:
+        return None
+    padded = np.zeros(-(-n // window) * window, dtype=np.float64)
+    padded[:n] = samples
+    frames = padded.reshape(-1, window)
+    lengths = np.full(len(frames), window)
+    lengths[-1] = n - window * (len(frames) - 1)
+    rms = np.sqrt((frames**2).sum(axis=1) / lengths)
+    loud = np.flatnonzero(rms >= 10 ** (threshold_dbfs / 20))
+    return int(loud[0]) * window if len(loud) else None

@@ -1,0 +1,138 @@
+"""The streaming engine on a tiny random model: when audio may leave, what it carries, stress and cancellation."""
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from audio_io.levels import first_audible_sample
+from tts.stream_bench import simulate_playback
+from tts.streaming import AudioChunk, StreamingSynthesizer, join_chunks, join_codes, synthesize_words
+from tts.synthesis import SynthesisConfig
+
+WORDS = "Hello there, my friend. How are you doing today?".split()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def synth_config(**overrides) -> SynthesisConfig:
+    return SynthesisConfig(**{"seed": 3, "max_frames_per_word": 5, **overrides})
+
+
+def test_s5_speaks_only_after_the_lookahead_words(tiny_bundle):
+    chunks, times = run(synthesize_words(tiny_bundle(2), WORDS, "s5", words_per_second=40, config=synth_config()))
+    assert times.start_allowed_ns == times.word_arrivals_ns[2]  # word k+1 = 3
+    audible = [c for c in chunks if len(c.samples)]
+    assert audible[0].created_ns >= times.word_arrivals_ns[2]
+    assert times.first_chunk_ns < times.end_ns or times.words < 3  # speaking started before the text ended
+    assert times.words == len(WORDS) and times.frames == sum(c.frames for c in chunks)
+
+
+def test_t5_waits_for_the_end_and_emits_every_n_steps(tiny_bundle):
+    chunks, times = run(synthesize_words(tiny_bundle(None), WORDS, "t5", words_per_second=40, config=synth_config(), emit_every=7))
+    assert all(c.created_ns >= times.end_ns for c in chunks)
+    frames = [c.frames for c in chunks if c.frames]
+    assert all(f == 7 for f in frames[:-1]) and 1 <= frames[-1] <= 7
+
+
+def test_sentence_mode_starts_at_the_first_sentence_end(tiny_bundle):
+    chunks, times = run(synthesize_words(tiny_bundle(None), WORDS, "sentence", words_per_second=40, config=synth_config()))
+    assert times.start_allowed_ns == times.word_arrivals_ns[3]  # "friend."
+    assert chunks[0].created_ns >= times.word_arrivals_ns[3]
+    assert times.words == len(WORDS)
+
+
+@pytest.mark.parametrize("words_per_second", [0.0, 200.0, 15.0])
+def test_word_rate_changes_timing_not_output(tiny_bundle, words_per_second):
+    """Words faster or slower than synthesis: the same codes come out, in the same total length, as offline."""
+    bundle = tiny_bundle(2)
+    offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=synth_config()))  # S5 weights, all words known
+    streamed, times = run(synthesize_words(bundle, WORDS, "s5", words_per_second, config=synth_config()))
+    assert torch.equal(join_codes(offline), join_codes(streamed))
+    assert len(join_chunks(streamed)) == len(join_chunks(offline)) == times.frames * bundle.codec.samples_per_frame
+
+
+def test_one_word_and_two_hundred_words(tiny_bundle):
+    bundle = tiny_bundle(2)
+    chunks, times = run(synthesize_words(bundle, ["Yes."], "s5", config=synth_config()))
+    assert times.words == 1 and len(join_chunks(chunks)) == times.frames * bundle.codec.samples_per_frame > 0
+    many = [f"word{i % 7}" if i % 3 else "and" for i in range(200)]
+    chunks, times = run(synthesize_words(bundle, many, "s5", config=synth_config(max_frames_per_word=2)))
+    assert times.words == 200 and 200 <= times.frames <= 400
+    assert np.isfinite(join_chunks(chunks)).all()
+
+
+def test_punctuation_only_and_very_long_words(tiny_bundle):
+    bundle = tiny_bundle(2)
+    chunks, times = run(synthesize_words(bundle, ["...", "!!!", "?"], "s5", config=synth_config()))
+    assert times.frames == 0 and chunks == []
+    long_word = "pneumonoultramicroscopicsilicovolcanoconiosis" * 4
+    chunks, times = run(synthesize_words(bundle, ["a", long_word, "b"], "s5", config=synth_config(max_frames_per_word=9)))
+    assert times.words == 3 and times.frames <= 27
+
+
+def test_cancellation_mid_utterance_releases_everything(tiny_bundle):
+    async def scenario():
+        synth = StreamingSynthesizer(tiny_bundle(2), "s5", synth_config(max_frames_per_word=50))
+        for word in WORDS:
+            synth.push_word(word)  # never ended: a reply still streaming in
+        received = []
+        async for chunk in synth.chunks():
+            received.append(chunk)
+            await synth.aclose()
+        return synth, received
+
+    synth, received = run(scenario())
+    assert len(received) == 1 and synth.released
+    assert synth.times.words < len(WORDS)
+
+
+def test_cancelling_the_consumer_task_releases_too(tiny_bundle):
+    async def scenario():
+        synth = StreamingSynthesizer(tiny_bundle(2), "s5", synth_config())
+        synth.push_word("hello")  # waits forever for more words
+        task = asyncio.create_task(anext(synth.chunks()))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await synth.aclose()
+        return synth
+
+    assert run(scenario()).released
+
+
+def test_two_utterances_back_to_back_behave_alike(tiny_bundle):
+    """No state survives a request: the same text twice gives the same chunks, frame for frame."""
+    bundle = tiny_bundle(2)
+
+    async def twice():
+        return [await synthesize_words(bundle, WORDS, "s5", 100.0, synth_config()) for _ in range(2)]
+
+    (first, t1), (second, t2) = run(twice())
+    assert [c.frames for c in first] == [c.frames for c in second]
+    assert torch.equal(join_codes(first), join_codes(second))
+    assert t1.words == t2.words and t1.frames == t2.frames
+
+
+def test_unknown_mode_and_s5_mode_on_a_full_context_model_are_refused(tiny_bundle):
+    with pytest.raises(ValueError, match="unknown mode"):
+        StreamingSynthesizer(tiny_bundle(2), "fast")
+    with pytest.raises(ValueError, match="S5 checkpoint"):
+        StreamingSynthesizer(tiny_bundle(None), "s5")
+
+
+def chunk(samples: np.ndarray, at_ms: float) -> AudioChunk:
+    return AudioChunk(samples.astype(np.float32), 1000, int(at_ms * 1e6), len(samples))
+
+
+def test_playback_simulation_counts_underruns_and_finds_the_first_audible_window():
+    quiet, loud = np.zeros(100), np.full(100, 0.1)
+    # 100-sample chunks at 1 kHz last 100 ms; the third arrives 50 ms after the player ran dry
+    playback = simulate_playback([chunk(quiet, 0), chunk(loud, 80), chunk(loud, 250)])
+    assert playback.underruns == 1 and playback.underrun_ms == pytest.approx(50)
+    assert playback.first_audible_ns == int(100e6)  # the loud chunk plays when the quiet one has finished
+    assert first_audible_sample(np.r_[np.zeros(25), np.full(10, 0.02)], 1000) == 20  # -34 dBFS window 20..29
+    assert first_audible_sample(np.full(50, 0.005), 1000) is None  # -46 dBFS

@@ -1,0 +1,286 @@
+"""Streaming synthesis engine: words in one at a time, audio chunks out as soon as the model may speak.
+
+One `StreamingSynthesizer` per utterance (nothing survives a request). Call `push_word` / `end` from the event
+loop; iterate `chunks()` for `AudioChunk`s. Model work runs in a worker thread in small units (a few decoder
+steps), so the event loop stays free and cancellation takes effect within one unit.
+
+Modes (DESIGN.md section 4):
+- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes.
+- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps (the paper's setting).
+- `sentence`: the full-context model per sentence, as most voice pipelines run TTS: a sentence starts once its
+  last word has arrived; emission as in `t5`.
+The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
+`t5` mode is "offline S5" (all words known before decoding), which is how streaming and offline S5 are compared.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator
+
+import numpy as np
+import torch
+
+from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer
+
+MODES = ("s5", "t5", "sentence")
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+MODELS_DIR = Path(__file__).resolve().parent / "assets" / "models"
+
+
+def default_model_dir(mode: str) -> Path:
+    """The shipped checkpoint a mode runs by default: S5 (k=2) for s5, the full-context teacher otherwise."""
+    return MODELS_DIR / ("s5_default" if mode == "s5" else "t5_default")
+
+
+def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path | str | None = None) -> TTSBundle:
+    directory = Path(model_dir) if model_dir else default_model_dir(mode)
+    if not (directory / "model.safetensors").exists():
+        raise FileNotFoundError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
+    return TTSBundle.load(directory, codec_dir)
+
+
+@dataclass
+class AudioChunk:
+    samples: np.ndarray  # float32 mono
+    sample_rate: int
+    created_ns: int  # time.perf_counter_ns() when the chunk became playable
+    frames: int  # codec frames it carries (0 for the final crossfade tail)
+    final: bool = False
+    codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
+
+
+@dataclass
+class UtteranceTimes:
+    """Monotonic perf_counter_ns stamps of one utterance; the latency records and benchmarks read them."""
+    word_arrivals_ns: list[int] = field(default_factory=list)
+    end_ns: int | None = None
+    start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
+    first_codec_frame_ns: int | None = None
+    first_chunk_ns: int | None = None
+    last_chunk_ns: int | None = None
+    compute_ns: int = 0  # worker time spent decoding and rendering
+    frames: int = 0
+    words: int = 0
+    capped_words: int = 0
+
+
+class StreamingSynthesizer:
+    def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int = 30):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
+        k = bundle.model.config.lookahead_words
+        if mode == "s5" and k is None:
+            raise ValueError("s5 mode needs an S5 checkpoint (lookahead_words set); this one is full-context")
+        self.bundle = bundle
+        self.mode = mode
+        self.config = config or SynthesisConfig()
+        self.emit_every = emit_every
+        self.k = k
+        self.sample_rate = bundle.codec.sample_rate
+        self.times = UtteranceTimes()
+        # input side (event loop): words waiting for the worker
+        self._pending: deque[str] = deque()
+        self._ended = False
+        self._lock = threading.Lock()
+        self._wake = asyncio.Event()
+        # worker side: full-context segments wait here for their last word; segments run in order
+        self._held_words: list[str] = []
+        self._segments: deque[UtteranceSynthesizer] = deque()
+        self._cursor = 0  # frames of the front segment already rendered
+        self._input_done = False
+        self._codec_stream = bundle.codec.streaming_decoder()
+        self._seed = self.config.seed
+        self._closed = False
+        self.busy = False  # a worker unit is running
+
+    # ---- input (event loop thread) ----------------------------------------------------------------------
+    def push_word(self, word: str) -> None:
+        if self._ended:
+            raise RuntimeError("push_word after end()")
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._pending.append(word)
+            self.times.word_arrivals_ns.append(now)
+        if self.times.start_allowed_ns is None and (
+            (self.mode == "s5" and len(self.times.word_arrivals_ns) == self.k + 1)
+            or (self.mode == "sentence" and SENTENCE_END.search(word))
+        ):
+            self.times.start_allowed_ns = now
+        self._wake.set()
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.times.end_ns = time.perf_counter_ns()
+        if self.times.start_allowed_ns is None:
+            self.times.start_allowed_ns = self.times.end_ns
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Cancel: stop decoding, drop every model state and queued word (a running unit finishes first)."""
+        self._closed = True
+        self._wake.set()
+        while self.busy:
+            await asyncio.sleep(0.002)
+        self._release()
+
+    def _release(self) -> None:
+        self._segments.clear()
+        self._pending.clear()
+        self._held_words.clear()
+        self._codec_stream = None
+
+    @property
+    def released(self) -> bool:
+        return self._codec_stream is None and not self._segments and not self.busy
+
+    # ---- output (event loop thread) ---------------------------------------------------------------------
+    async def chunks(self) -> AsyncIterator[AudioChunk]:
+        try:
+            while not self._closed:
+                self._wake.clear()
+                self.busy = True
+                try:
+                    chunk, state = await asyncio.to_thread(self._work)
+                finally:
+                    self.busy = False
+                if chunk is not None and len(chunk.samples):
+                    self.times.last_chunk_ns = chunk.created_ns
+                    if self.times.first_chunk_ns is None:
+                        self.times.first_chunk_ns = chunk.created_ns
+                    yield chunk
+                if state == "done":
+                    return
+                if state == "idle":
+                    await self._wake.wait()
+        finally:
+            if self._closed or self._input_done:
+                self._release()
+
+    # ---- worker thread ------------------------------------------------------------------------------------
+    def _new_segment(self, words: list[str]) -> None:
+        config = self.config
+        if self._seed is not None:  # a different but reproducible seed per sentence
+            config = SynthesisConfig(**{**vars(self.config), "seed": self._seed + len(self._segments) + self.times.words})
+        segment = UtteranceSynthesizer(self.bundle, config)
+        for word in words:
+            segment.push_word(word)
+        if self.mode != "s5":
+            segment.end()
+        self._segments.append(segment)
+
+    def _absorb_input(self) -> None:
+        with self._lock:
+            words = list(self._pending)
+            self._pending.clear()
+            ended = self._ended
+        if self.mode == "s5":
+            if not self._segments:
+                self._new_segment([])
+            for word in words:
+                self._segments[-1].push_word(word)
+            if ended and not self._input_done:
+                self._segments[-1].end()
+        else:
+            for word in words:
+                self._held_words.append(word)
+                if self.mode == "sentence" and SENTENCE_END.search(word):
+                    self._flush_held()
+            if ended and not self._input_done:
+                self._flush_held()
+        self._input_done = ended
+
+    def _flush_held(self) -> None:
+        if self._held_words:
+            self._new_segment(self._held_words)
+            self._held_words = []
+
+    def _work(self) -> tuple[AudioChunk | None, str]:
+        """One unit: absorb input, decode a few frames of the front segment, render what may be emitted.
+        Returns (chunk or None, "progress" | "idle" | "done")."""
+        if self._closed:
+            return None, "done"
+        started = time.perf_counter_ns()
+        self._absorb_input()
+        while self._segments and self._segments[0].finished and self._cursor >= len(self._segments[0].frames):
+            self._finish_segment()
+        if not self._segments:
+            if self._input_done and not self._held_words:
+                return self._emit_tail(started), "done"
+            return None, "idle"
+        segment = self._segments[0]
+        if not segment.ready():
+            return None, "idle"
+        if self.mode == "s5":
+            completed = segment.step(max_frames=8, stop_at_word=True)
+            emit = bool(completed) or segment.finished
+        else:
+            completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))
+            emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
+        self.times.capped_words += sum(c.capped for c in completed)
+        self.times.words += len(completed)
+        if self.times.first_codec_frame_ns is None and segment.frames:
+            self.times.first_codec_frame_ns = time.perf_counter_ns()
+        chunk = self._render(segment) if emit else None
+        self.times.compute_ns += time.perf_counter_ns() - started
+        return chunk, "progress"
+
+    def _render(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
+        new = segment.frames[self._cursor :]
+        if not new:
+            return None
+        self._cursor = len(segment.frames)
+        self.times.frames += len(new)
+        codes = torch.stack(new, dim=1)
+        audio = self._codec_stream.push(codes)
+        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes)
+
+    def _finish_segment(self) -> None:
+        self._segments.popleft()
+        self._cursor = 0
+
+    def _emit_tail(self, started: int) -> AudioChunk:
+        tail = self._codec_stream.flush() if self._codec_stream is not None else np.zeros(0, np.float32)
+        self.times.compute_ns += time.perf_counter_ns() - started
+        return AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0, final=True)
+
+
+async def synthesize_words(
+    bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
+    config: SynthesisConfig | None = None, emit_every: int = 30,
+) -> tuple[list[AudioChunk], UtteranceTimes]:
+    """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of `s5 say`,
+    the benchmark and the tests."""
+    synth = StreamingSynthesizer(bundle, mode, config, emit_every)
+
+    async def feed() -> None:
+        start = time.perf_counter()
+        for i, word in enumerate(words):
+            if words_per_second > 0:
+                await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
+            synth.push_word(word)
+        synth.end()
+
+    feeder = asyncio.create_task(feed())
+    try:
+        chunks = [chunk async for chunk in synth.chunks()]
+    finally:
+        feeder.cancel()
+    return chunks, synth.times
+
+
+def join_codes(chunks: list[AudioChunk]) -> torch.Tensor | None:
+    parts = [c.codes for c in chunks if c.codes is not None]
+    return torch.cat(parts, dim=1) if parts else None
+
+
+def join_chunks(chunks: list[AudioChunk]) -> np.ndarray:
+    parts = [c.samples for c in chunks if len(c.samples)]
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
