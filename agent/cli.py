@@ -153,6 +153,50 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.say import say
+    from audio_io.sinks import WavSink, open_sink
+    from tts.streaming import load_bundle
+    from tts.synthesis import SynthesisConfig
+    from tts.text import normalize_text
+
+    words = normalize_text(args.text)
+    if not words:
+        raise ValueError("nothing to say: the text has no speakable words")
+    bundle = load_bundle(args.mode, args.model)
+    if args.out:
+        sink = WavSink(bundle.codec.sample_rate, args.out, pace=False)
+    else:
+        sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=lambda m: err.print(f"[yellow]{m}[/]"))
+    try:
+        result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed)))
+    finally:
+        sink.close()
+    audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
+    where = f" -> {sink.path}" if getattr(sink, "path", None) else ""
+    err.print(f"{args.mode}: {result.words} words, {result.audio_s:.2f} s of audio, first audible {audible} after the "
+              f"first word, rtf {result.rtf or 0:.2f}, underruns {result.playback.underruns}{where}")
+    return 0
+
+
+def _bench_tts(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tts.stream_bench import bench_tts, load_sentences
+    from tts.streaming import load_bundle
+
+    s5, t5 = load_bundle("s5", args.s5_model), load_bundle("t5", args.t5_model)
+    sentences = load_sentences(args.sentences)[: args.limit]
+    if not sentences:
+        raise ValueError("no sentences to benchmark")
+    with _progress() as progress:
+        result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality, progress=progress))
+    _print_result(result, args.json, "streaming TTS benchmark")
+    return 0
+
+
 def _print_result(result: dict, as_json: bool, title: str) -> None:
     if as_json:
         print(json.dumps(result))
@@ -236,6 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
     codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
     codec_train.set_defaults(func=_codec_train)
 
+    say = commands.add_parser("say", help="speak a text through the streaming engine (plays, or writes a WAV)")
+    say.add_argument("text")
+    say.add_argument("--mode", choices=["s5", "t5", "sentence"], default="s5")
+    say.add_argument("--out", type=Path, default=None, help="write a WAV instead of playing")
+    say.add_argument("--words-per-second", type=float, default=0.0, help="feed words at this rate (0: all at once)")
+    say.add_argument("--model", type=Path, default=None, help="exported model folder (default: the shipped one)")
+    say.add_argument("--output", choices=["auto", "device", "wav", "null"], default="auto")
+    say.add_argument("--device", default=None, help="sounddevice output device name or index")
+    say.add_argument("--seed", type=int, default=None)
+    say.set_defaults(func=_say)
+
     bench = commands.add_parser("bench", help="benchmarks")
     bench_kinds = bench.add_subparsers(dest="kind", required=True)
     model = bench_kinds.add_parser("model", help="parameters, train step time, cached vs naive decoding")
@@ -249,6 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     codec_bench.add_argument("--codec", type=Path, default=None)
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)
+    tts_bench = bench_kinds.add_parser("tts", help="s5, t5 and sentence mode side by side: latency, rtf, underruns")
+    tts_bench.add_argument("--json", action="store_true")
+    tts_bench.add_argument("--words-per-second", type=float, default=3.0)
+    tts_bench.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: configs/bench_sentences.txt)")
+    tts_bench.add_argument("--limit", type=int, default=None)
+    tts_bench.add_argument("--emit-every", type=int, default=30, help="t5/sentence: decoder steps per chunk")
+    tts_bench.add_argument("--s5-model", type=Path, default=None)
+    tts_bench.add_argument("--t5-model", type=Path, default=None)
+    tts_bench.add_argument("--no-quality", action="store_true", help="skip the streaming-vs-offline S5 comparison")
+    tts_bench.set_defaults(func=_bench_tts)
     return parser
 
 

@@ -12,6 +12,8 @@ from math import gcd
 import numpy as np
 from scipy.signal import resample_poly
 
+from audio_io.sinks import write_wav  # noqa: F401  (re-exported: the corpus writer uses it)
+
 SAMPLE_RATE = 22050
 APT_PACKAGES = "espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts fortunes"
 
@@ -97,15 +99,6 @@ def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
         return audio.astype(np.float32)
     g = gcd(rate, target)
     return resample_poly(audio, target // g, rate // g).astype(np.float32)
-
-
-def write_wav(path, audio: np.ndarray, rate: int = SAMPLE_RATE) -> None:
-    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(rate)
-        f.writeframes(pcm.tobytes())
 
 
 def read_wav(path) -> tuple[np.ndarray, int]:

@@ -1,0 +1,55 @@
+"""`s5 say`: one utterance through the streaming engine into a sink, words fed at a chosen rate."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from audio_io.sinks import ClockSink, DeviceSink, PlaybackStats
+from tts.streaming import StreamingSynthesizer, UtteranceTimes
+from tts.synthesis import SynthesisConfig, TTSBundle
+
+
+@dataclass
+class SayResult:
+    words: int
+    audio_s: float
+    times: UtteranceTimes
+    playback: PlaybackStats
+
+    @property
+    def first_audible_ms(self) -> float | None:
+        if self.playback.first_audible_ns is None or not self.times.word_arrivals_ns:
+            return None
+        return (self.playback.first_audible_ns - self.times.word_arrivals_ns[0]) / 1e6
+
+    @property
+    def rtf(self) -> float | None:
+        return self.times.compute_ns / 1e9 / self.audio_s if self.audio_s else None
+
+
+async def say(bundle: TTSBundle, words: list[str], sink: ClockSink | DeviceSink, mode: str = "s5",
+              words_per_second: float = 0.0, config: SynthesisConfig | None = None) -> SayResult:
+    synth = StreamingSynthesizer(bundle, mode, config)
+
+    async def feed() -> None:
+        start = time.perf_counter()
+        for i, word in enumerate(words):
+            if words_per_second > 0:
+                await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
+            synth.push_word(word)
+        synth.end()
+
+    sink.begin_turn()
+    feeder = asyncio.create_task(feed())
+    samples = 0
+    try:
+        async for chunk in synth.chunks():
+            sink.write(chunk.samples)
+            samples += len(chunk.samples)
+        sink.end_turn()
+        await sink.drain()
+    finally:
+        feeder.cancel()
+        await synth.aclose()
+    return SayResult(len(words), samples / bundle.codec.sample_rate, synth.times, sink.stats)

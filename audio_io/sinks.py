@@ -1,0 +1,275 @@
+"""Where audio goes: the sound card (sounddevice callback stream), a WAV file, or nowhere (null).
+
+Every sink keeps one playback timeline per turn: `begin_turn()`, `write()` chunks as they are ready,
+`end_turn()` when no more will come, `await drain()` until the listener has heard it all, `flush()` to drop
+what is queued (barge-in). `stats` has the first audible sample (first 10 ms window >= -40 dBFS, as played),
+underruns (the player ran dry while the turn still had audio to come) and their total length.
+The WAV and null sinks play on a simulated real-time clock, so headless runs report the same figures.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import wave
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .levels import first_audible_sample
+
+
+class AudioDeviceError(RuntimeError):
+    pass
+
+
+@dataclass
+class PlaybackStats:
+    first_audible_ns: int | None = None
+    first_played_ns: int | None = None
+    underruns: int = 0
+    underrun_ms: float = 0.0
+    played_samples: int = 0
+    last_sample_ns: int | None = None  # when the last written sample will have played
+
+
+class ClockSink:
+    """Null sink: plays nothing, on a real-time clock. Playback starts with the first chunk of a turn; a chunk
+    that arrives after the previous one finished playing is an underrun."""
+
+    kind = "null"
+
+    def __init__(self, sample_rate: int, pace: bool = True):
+        self.sample_rate = sample_rate
+        self.pace = pace  # drain() waits for the simulated playback to finish (False: return at once)
+        self.stats = PlaybackStats()
+        self._clock: int | None = None
+        self._audible_found = False
+
+    def begin_turn(self) -> None:
+        self.stats = PlaybackStats()
+        self._clock = None
+        self._audible_found = False
+
+    def write(self, samples: np.ndarray) -> None:
+        if not len(samples):
+            return
+        now = time.perf_counter_ns()
+        s = self.stats
+        if self._clock is None:
+            self._clock = now
+            s.first_played_ns = now
+        elif now > self._clock:
+            s.underruns += 1
+            s.underrun_ms += (now - self._clock) / 1e6
+            self._clock = now
+        if not self._audible_found:
+            index = first_audible_sample(samples, self.sample_rate)
+            if index is not None:
+                s.first_audible_ns = self._clock + round(index / self.sample_rate * 1e9)
+                self._audible_found = True
+        self._clock += round(len(samples) / self.sample_rate * 1e9)
+        s.played_samples += len(samples)
+        s.last_sample_ns = self._clock
+        self._record(samples)
+
+    def _record(self, samples: np.ndarray) -> None:
+        pass
+
+    def end_turn(self) -> None:
+        pass
+
+    async def drain(self) -> None:
+        if self.pace and self.stats.last_sample_ns is not None:
+            await asyncio.sleep(max(0.0, (self.stats.last_sample_ns - time.perf_counter_ns()) / 1e9))
+
+    def flush(self) -> int:
+        """Barge-in: whatever has not played yet is dropped. Returns the samples dropped."""
+        now = time.perf_counter_ns()
+        if self._clock is None or self._clock <= now:
+            return 0
+        unplayed = min(self.stats.played_samples, round((self._clock - now) / 1e9 * self.sample_rate))
+        self.stats.played_samples -= unplayed
+        self._clock = now
+        self.stats.last_sample_ns = now
+        return unplayed
+
+    def close(self) -> None:
+        pass
+
+
+class WavSink(ClockSink):
+    """Records what was played (16-bit mono WAV): `save(path)` writes and clears it, e.g. once per turn."""
+
+    kind = "wav"
+
+    def __init__(self, sample_rate: int, path: Path | str, pace: bool = True):
+        super().__init__(sample_rate, pace)
+        self.path = Path(path)
+        self._parts: list[np.ndarray] = []
+
+    def _record(self, samples: np.ndarray) -> None:
+        self._parts.append(samples.astype(np.float32))
+
+    def flush(self) -> int:
+        dropped = super().flush()
+        if dropped:  # the listener never heard it: cut it from the recording too
+            audio = np.concatenate(self._parts)
+            self._parts = [audio[: len(audio) - dropped]]
+        return dropped
+
+    def save(self, path: Path | str | None = None) -> Path:
+        target = Path(path) if path else self.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        audio = np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
+        write_wav(target, audio, self.sample_rate)
+        self._parts = []
+        return target
+
+    def close(self) -> None:
+        if self._parts:
+            self.save()
+
+
+class DeviceSink:
+    """The sound card through a sounddevice callback stream fed from a thread-safe buffer. The callback
+    zero-fills when the buffer runs dry (an underrun while the turn still has audio to come) and stamps the first
+    audible sample with the time the device will play it."""
+
+    kind = "device"
+
+    def __init__(self, sample_rate: int, device: str | int | None = None, blocksize: int = 512):
+        try:
+            import sounddevice as sd
+        except (ImportError, OSError) as e:  # OSError: PortAudio library missing
+            raise AudioDeviceError(f"no audio output: {e}") from e
+        self.sample_rate = sample_rate
+        self.stats = PlaybackStats()
+        self._lock = threading.Lock()
+        self._queue: deque[np.ndarray] = deque()
+        self._offset = 0  # samples of _queue[0] already played
+        self._turn_open = False
+        self._started = False
+        self._audible_found = False
+        self._dry_since: int | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        try:
+            self._stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32", device=device,
+                                           blocksize=blocksize, callback=self._callback)
+            self._stream.start()
+        except Exception as e:  # PortAudioError and friends: no device, busy device, bad name
+            raise AudioDeviceError(f"cannot open audio device {device if device is not None else '(default)'}: {e}") from e
+
+    def _callback(self, out: np.ndarray, frames: int, time_info, status) -> None:
+        now = time.perf_counter_ns()
+        dac_delay_ns = max(0, round((time_info.outputBufferDacTime - time_info.currentTime) * 1e9))
+        filled = 0
+        with self._lock:
+            while filled < frames and self._queue:
+                head = self._queue[0]
+                take = min(frames - filled, len(head) - self._offset)
+                block = head[self._offset : self._offset + take]
+                out[filled : filled + take, 0] = block
+                if not self._audible_found:
+                    index = first_audible_sample(block, self.sample_rate)
+                    if index is not None:
+                        self.stats.first_audible_ns = now + dac_delay_ns + round((filled + index) / self.sample_rate * 1e9)
+                        self._audible_found = True
+                if self.stats.first_played_ns is None:
+                    self.stats.first_played_ns = now + dac_delay_ns + round(filled / self.sample_rate * 1e9)
+                filled += take
+                self._offset += take
+                if self._offset >= len(head):
+                    self._queue.popleft()
+                    self._offset = 0
+            self.stats.played_samples += filled
+            if filled < frames:
+                out[filled:, 0] = 0.0
+                if self._started and self._turn_open:  # ran dry while more audio is due
+                    if self._dry_since is None:
+                        self.stats.underruns += 1
+                        self._dry_since = now
+                elif not self._queue:
+                    self._idle.set()
+            elif self._dry_since is not None:
+                self.stats.underrun_ms += (now - self._dry_since) / 1e6
+                self._dry_since = None
+            if filled == frames and not self._queue and not self._turn_open:
+                self._idle.set()
+
+    def begin_turn(self) -> None:
+        with self._lock:
+            self.stats = PlaybackStats()
+            self._turn_open = True
+            self._started = False
+            self._audible_found = False
+            self._dry_since = None
+
+    def write(self, samples: np.ndarray) -> None:
+        if not len(samples):
+            return
+        with self._lock:
+            if self._dry_since is not None:
+                self.stats.underrun_ms += (time.perf_counter_ns() - self._dry_since) / 1e6
+                self._dry_since = None
+            self._queue.append(np.asarray(samples, dtype=np.float32))
+            self._started = True
+            self._idle.clear()
+            queued = sum(len(q) for q in self._queue) - self._offset
+            self.stats.last_sample_ns = time.perf_counter_ns() + round(queued / self.sample_rate * 1e9)
+
+    def end_turn(self) -> None:
+        with self._lock:
+            self._turn_open = False
+            self._dry_since = None
+            if not self._queue:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        while not self._idle.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(self._stream.latency if hasattr(self._stream, "latency") else 0.0)
+
+    def flush(self) -> int:
+        with self._lock:
+            dropped = sum(len(q) for q in self._queue) - self._offset
+            self._queue.clear()
+            self._offset = 0
+            self._dry_since = None
+            self._idle.set()
+        return dropped
+
+    def close(self) -> None:
+        self._stream.stop()
+        self._stream.close()
+
+
+def write_wav(path: Path | str, audio: np.ndarray, sample_rate: int = 22050) -> None:
+    pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(sample_rate)
+        f.writeframes(pcm.tobytes())
+
+
+def open_sink(kind: str, sample_rate: int, wav_path: Path | str = "s5_output.wav", device: str | int | None = None,
+              notice=print) -> ClockSink | DeviceSink:
+    """kind: auto | device | wav | null. auto tries the sound card and falls back to a WAV file with a one-line
+    notice (headless machines, CI)."""
+    if kind == "null":
+        return ClockSink(sample_rate)
+    if kind == "wav":
+        return WavSink(sample_rate, wav_path)
+    if kind not in ("auto", "device"):
+        raise ValueError(f"unknown audio output {kind!r} (choose auto, device, wav or null)")
+    try:
+        return DeviceSink(sample_rate, device)
+    except AudioDeviceError as e:
+        if kind == "device":
+            raise
+        notice(f"no sound device ({str(e).splitlines()[0]}); writing audio to {wav_path} instead")
+        return WavSink(sample_rate, wav_path)

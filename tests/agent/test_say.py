@@ -1,0 +1,71 @@
+"""`s5 say` and `s5 bench tts` as a user runs them, on tiny random checkpoints (the plumbing, not the voice)."""
+import json
+
+import pytest
+import torch
+
+from tests.agent.test_cli import s5
+from tests.conftest import tiny_config
+from tts.g2p import SymbolTable
+from tts.model import S5TTS
+from tts.train import export_weights
+from tts.voices import read_wav
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    for name, k in (("s5", 2), ("t5", None)):
+        torch.manual_seed(0)
+        config = tiny_config(k, phoneme_vocab_size=len(SymbolTable.default()), num_codebooks=8, codebook_size=1000)
+        export_weights(S5TTS(config), root / name, SymbolTable.default())
+    return root
+
+
+@pytest.mark.parametrize("mode", ["s5", "t5", "sentence"])
+def test_say_writes_a_wav(models, tmp_path, mode):
+    out = tmp_path / f"{mode}.wav"
+    model = models / ("s5" if mode == "s5" else "t5")
+    result = s5("say", "Hello there. Nice to meet you!", "--mode", mode, "--model", str(model), "--out", str(out), "--seed", "1")
+    assert result.returncode == 0, result.stderr[-800:]
+    audio, rate = read_wav(out)
+    assert rate == 22050 and len(audio) > 0
+    assert f"{mode}: 6 words" in result.stderr and "first audible" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("say", "   ", "--out", "/tmp/x.wav"), "nothing to say"),
+        (("say", "*** --- ***", "--out", "/tmp/x.wav"), "nothing to say"),
+        (("say", "hello", "--model", "/nonexistent"), "no S5-TTS checkpoint"),
+        (("say", "hello", "--mode", "loud"), "invalid choice"),
+    ],
+)
+def test_say_bad_input_gives_one_line(args, message):
+    result = s5(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and message in result.stderr
+
+
+def test_say_refuses_s5_mode_on_a_full_context_model(models):
+    result = s5("say", "hello", "--model", str(models / "t5"), "--out", "/tmp/x.wav")
+    assert result.returncode == 2 and "needs an S5 checkpoint" in result.stderr
+
+
+@pytest.mark.slow
+def test_bench_tts_json(models, tmp_path):
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("Hello there, nice to meet you.\nThis is a test. It has two sentences.\n")
+    result = s5("bench", "tts", "--json", "--words-per-second", "12", "--sentences", str(sentences),
+                "--s5-model", str(models / "s5"), "--t5-model", str(models / "t5"))
+    assert result.returncode == 0, result.stderr[-800:]
+    data = json.loads(result.stdout)
+    for mode in ("s5", "t5", "sentence"):
+        for key in ("first_chunk_ms_p50", "first_chunk_ms_p95", "first_audible_ms_p50", "first_audible_ms_p95",
+                    "rtf", "underruns", "underrun_ms", "frames_per_word"):
+            assert key in data[mode]
+        assert data[mode]["n"] == 2
+    assert "ratio_first_audible_s5_over_t5" in data
+    comparison = data["s5_streaming_vs_offline"]
+    assert comparison["identical_codes"] is True
+    assert 0.99 <= comparison["duration_ratio_min"] <= comparison["duration_ratio_max"] <= 1.01
