@@ -23,11 +23,115 @@ def _bench_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chat(args: argparse.Namespace) -> int:
-    err.print(
-        "[yellow]s5 chat:[/] no trained S5-TTS checkpoint ships yet, so there is no voice to speak with. "
-        "The model core is in place; the data, training and agent land with the next issues."
+def _agent_settings(path: Path | None) -> dict:
+    import yaml
+
+    path = path or Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no agent config at {path}")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _agent_config(settings: dict, mode: str, records_path: Path | None):
+    from agent.orchestrator import AgentConfig
+    from tts.synthesis import SynthesisConfig
+
+    tts = settings.get("tts") or {}
+    return AgentConfig(
+        tts_mode=mode, system_prompt=settings.get("system_prompt") or AgentConfig.system_prompt,
+        history_turns=int(settings.get("history_turns", 8)), emit_every=int(tts.get("emit_every", 30)),
+        synthesis=SynthesisConfig(top_k=int(tts.get("top_k", 80)), temperature=float(tts.get("temperature", 0.85))),
+        records_path=records_path,
     )
+
+
+def _chat(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.session import chat, load_bundles, pick_llm
+    from audio_io.sinks import WavSink, open_sink
+
+    settings = _agent_settings(args.config)
+    llm_settings, audio = settings.get("llm") or {}, settings.get("audio") or {}
+    mode = args.tts or (settings.get("tts") or {}).get("mode", "s5")
+    bundles = load_bundles([mode])
+    rate = bundles[mode].codec.sample_rate
+    out_dir = args.out
+    output = "wav" if out_dir else audio.get("output", "auto")
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    sink = open_sink(output, rate, (out_dir or Path(".")) / "s5_chat.wav", audio.get("device"),
+                     notice=lambda m: err.print(f"[yellow]{m}[/]"))
+    if isinstance(sink, WavSink) and out_dir is None:
+        out_dir = Path("s5_chat_out")
+        out_dir.mkdir(exist_ok=True)
+        err.print(f"[yellow]turns are written to {out_dir}/turn_NNN.wav[/]")
+    config = _agent_config(settings, mode, (out_dir / "latency.jsonl") if out_dir else None)
+    console = Console()
+
+    async def run() -> int:
+        llm = await pick_llm(args.llm or llm_settings.get("backend", "auto"), args.ollama_model or llm_settings.get("ollama_model", "llama3.3:70b"),
+                             args.ollama_host or llm_settings.get("ollama_host", "http://localhost:11434"), say=lambda m: err.print(f"[green]{m}[/]"))
+        try:
+            return await chat(llm, bundles, sink, config, console, out_dir)
+        finally:
+            await llm.close()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        sink.close()
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.session import load_bundles, replay
+    from llm.replay import ReplayScript
+
+    script = ReplayScript.load(args.script)
+    bundles = load_bundles([args.tts])
+    out_dir = args.out or Path("replay_out") / args.script.stem
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _progress() as progress:
+        result = asyncio.run(replay(script, bundles, args.tts, out_dir, _agent_config(_agent_settings(None), args.tts, None).synthesis,
+                                    pace=False, progress=progress))
+    if args.json:
+        print(json.dumps({"script": result.script, "mode": result.mode, "wavs": [str(w) for w in result.wavs],
+                          "records": [r.to_json() for r in result.records]}))
+    else:
+        for record in result.records:
+            Console(soft_wrap=True).print(record.summary_line(), markup=False, highlight=False)
+        err.print(f"{len(result.wavs)} WAVs and latency.jsonl in {out_dir}")
+    return 0
+
+
+def _bench_e2e(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.session import DEFAULT_BENCH_SCRIPT, bench_e2e, load_bundles
+    from llm.replay import ReplayScript
+
+    script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
+    if args.first_token_ms is not None:
+        script.first_token_ms = args.first_token_ms
+    if args.tokens_per_second is not None:
+        script.tokens_per_second = args.tokens_per_second
+    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model)
+    with _progress() as progress:
+        result = asyncio.run(bench_e2e(script, bundles, progress=progress))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=f"E2E latency, replayed LLM ({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)")
+    for column in ("mode", "RTF", "first chunk p50 (ms)", "E2E p50 (ms)", "E2E p95 (ms)", "first chunk after request p50 (ms)", "underruns"):
+        table.add_column(column, justify="right")
+    for mode in ("s5", "t5", "sentence"):
+        m = result[mode]
+        table.add_row(mode, str(m["rtf"]), str(m["first_chunk_ms_p50"]), str(m["e2e_p50_ms"]), str(m["e2e_p95_ms"]),
+                      str(m["e2e_chunk_p50_ms"]), str(m["underruns"]))
+    Console().print(table)
+    Console().print(f"E2E ratio S5 / T5: {result.get('ratio_e2e_s5_over_t5')}")
     return 0
 
 
@@ -213,8 +317,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="s5", description="Streaming voice agent with S5-TTS")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    chat = commands.add_parser("chat", help="terminal voice chat on the embedded defaults")
+    chat = commands.add_parser("chat", help="terminal voice chat (Ollama if reachable, else the embedded LLM)")
+    chat.add_argument("--llm", choices=["auto", "ollama", "embedded"], default=None)
+    chat.add_argument("--tts", choices=["s5", "t5", "sentence"], default=None)
+    chat.add_argument("--out", type=Path, default=None, help="write each turn as a WAV (and latency.jsonl) here instead of playing")
+    chat.add_argument("--ollama-model", default=None)
+    chat.add_argument("--ollama-host", default=None)
+    chat.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
     chat.set_defaults(func=_chat)
+
+    rep = commands.add_parser("replay", help="run a YAML conversation script: one WAV per turn and latency records")
+    rep.add_argument("script", type=Path)
+    rep.add_argument("--tts", choices=["s5", "t5", "sentence"], default="s5")
+    rep.add_argument("--out", type=Path, default=None, help="default: replay_out/SCRIPT")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=_replay)
 
     data = commands.add_parser("data", help="offline speech data")
     data_kinds = data.add_subparsers(dest="kind_", required=True)
@@ -314,6 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
     tts_bench.add_argument("--t5-model", type=Path, default=None)
     tts_bench.add_argument("--no-quality", action="store_true", help="skip the streaming-vs-offline S5 comparison")
     tts_bench.set_defaults(func=_bench_tts)
+    e2e = bench_kinds.add_parser("e2e", help="S5 vs T5 vs sentence mode on one replayed LLM stream (the paper's Table 4)")
+    e2e.add_argument("--json", action="store_true")
+    e2e.add_argument("--script", type=Path, default=None, help="replay YAML (default: examples/bench_e2e.yaml)")
+    e2e.add_argument("--first-token-ms", type=float, default=None)
+    e2e.add_argument("--tokens-per-second", type=float, default=None)
+    e2e.add_argument("--s5-model", type=Path, default=None)
+    e2e.add_argument("--t5-model", type=Path, default=None)
+    e2e.set_defaults(func=_bench_e2e)
     return parser
 
 
@@ -324,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    except (FileNotFoundError, ValueError, RuntimeError) as error:
+    except (FileNotFoundError, ValueError, RuntimeError, OSError) as error:
         err.print(f"[red]error:[/] {error}")
         return 2
 

@@ -1,0 +1,171 @@
+"""One conversation: each turn runs three async stages joined by a queue and the synthesizer's word input.
+
+    llm stage    llm.stream(messages) -> pieces queue                     (stamps first/last token)
+    words stage  pieces -> WordSegmenter -> TextNormalizer -> synth.push_word   (first word, word k+1)
+    audio stage  synth.chunks() -> sink.write                              (first chunk, last audio)
+
+The sink stamps the first audible sample as played. `interrupt()` (new input, Ctrl-C) cancels every stage,
+flushes queued audio and releases the synthesizer; the turn still returns its record. An LLM that fails
+mid-reply ends its stage with a one-line error: the words already received are still spoken.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from audio_io.sinks import ClockSink, DeviceSink
+from llm.base import LLMBackend, LLMError
+from tts.streaming import StreamingSynthesizer
+from tts.synthesis import SynthesisConfig, TTSBundle
+from tts.text import TextNormalizer
+
+from .records import TurnRecord, append_jsonl
+from .segmenter import WordSegmenter
+
+END = object()
+SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three short spoken sentences, "
+                 "without lists, tables or code unless asked.")
+
+
+@dataclass
+class AgentConfig:
+    tts_mode: str = "s5"
+    system_prompt: str = SYSTEM_PROMPT
+    history_turns: int = 8  # user/assistant pairs kept in the prompt
+    emit_every: int = 30  # t5 / sentence: decoder steps per chunk
+    synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
+    records_path: Path | None = None  # JSONL, one line per turn
+
+
+class Agent:
+    def __init__(self, llm: LLMBackend, bundles: dict[str, TTSBundle], sink: ClockSink | DeviceSink,
+                 config: AgentConfig | None = None, on_piece: Callable[[str], None] | None = None):
+        self.llm = llm
+        self.bundles = bundles  # tts mode -> bundle
+        self.sink = sink
+        self.config = config or AgentConfig()
+        self.on_piece = on_piece
+        self.history: list[dict] = []
+        self.turns = 0
+        self._interrupted = asyncio.Event()
+
+    def messages_for(self, user: str) -> list[dict]:
+        kept = self.history[-2 * self.config.history_turns :] if self.config.history_turns else []
+        return [{"role": "system", "content": self.config.system_prompt}, *kept, {"role": "user", "content": user}]
+
+    def interrupt(self) -> None:
+        """Barge-in: stop the running turn now (safe to call when none runs)."""
+        self._interrupted.set()
+
+    async def run_turn(self, user: str, tts_mode: str | None = None) -> TurnRecord:
+        mode = tts_mode or self.config.tts_mode
+        self.turns += 1
+        self._interrupted.clear()
+        record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
+        synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every)
+        pieces: asyncio.Queue = asyncio.Queue()
+        reply: list[str] = []
+        self.sink.begin_turn()
+        record.request_sent = time.perf_counter_ns()
+        stages = [
+            asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record)),
+            asyncio.create_task(self._words_stage(pieces, synth, record)),
+            asyncio.create_task(self._audio_stage(synth, record)),
+        ]
+        interrupted = asyncio.create_task(self._interrupted.wait())
+        try:
+            pending = set(stages)
+            while pending and not interrupted.done():
+                done, pending = await asyncio.wait(pending | {interrupted}, return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(interrupted)
+                for task in done - {interrupted}:
+                    task.result()  # a stage's own bug surfaces here
+            if interrupted.done():
+                await self._stop(stages, synth, record)
+            else:
+                self.sink.end_turn()
+                await self._drain_or_interrupt(interrupted, record)
+        finally:
+            interrupted.cancel()
+            for task in stages:
+                task.cancel()
+            await synth.aclose()
+            self._finish_record(record, synth, "".join(reply))
+        return record
+
+    async def _stop(self, stages: list[asyncio.Task], synth: StreamingSynthesizer, record: TurnRecord) -> None:
+        for task in stages:
+            task.cancel()
+        self.sink.flush()
+        self.sink.end_turn()
+        record.cancelled = True
+        await asyncio.gather(*stages, return_exceptions=True)
+
+    async def _drain_or_interrupt(self, interrupted: asyncio.Task, record: TurnRecord) -> None:
+        drain = asyncio.create_task(self.sink.drain())
+        await asyncio.wait({drain, interrupted}, return_when=asyncio.FIRST_COMPLETED)
+        if not drain.done():
+            drain.cancel()
+            self.sink.flush()
+            record.cancelled = True
+
+    # ---- stages ---------------------------------------------------------------------------------------------
+    async def _llm_stage(self, messages: list[dict], pieces: asyncio.Queue, reply: list[str], record: TurnRecord) -> None:
+        try:
+            async for piece in self.llm.stream(messages):
+                if record.first_token is None:
+                    record.first_token = piece.t_ns
+                record.last_token = piece.t_ns
+                reply.append(piece.text)
+                if self.on_piece:
+                    self.on_piece(piece.text)
+                pieces.put_nowait(piece)
+        except LLMError as e:
+            record.error = str(e)
+        except Exception as e:  # an unexpected backend failure still ends the turn with one line
+            record.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'LLM failed'}"
+        finally:
+            pieces.put_nowait(END)
+        record.llm_stats = dict(vars(self.llm.stats)) if getattr(self.llm, "stats", None) else {}
+
+    async def _words_stage(self, pieces: asyncio.Queue, synth: StreamingSynthesizer, record: TurnRecord) -> None:
+        segmenter, normalizer = WordSegmenter(), TextNormalizer()
+        while True:
+            piece = await pieces.get()
+            words = segmenter.flush(time.perf_counter_ns()) if piece is END else segmenter.push(piece.text, piece.t_ns)
+            for word in words:
+                for spoken in normalizer.push(word.text, word.line_start):
+                    if record.first_word is None:
+                        record.first_word = time.perf_counter_ns()
+                    synth.push_word(spoken)
+                    record.spoken_words += 1
+            if piece is END:
+                synth.end()
+                return
+
+    async def _audio_stage(self, synth: StreamingSynthesizer, record: TurnRecord) -> None:
+        async for chunk in synth.chunks():
+            self.sink.write(chunk.samples)
+            if record.first_audio_chunk is None:
+                record.first_audio_chunk = chunk.created_ns
+            record.last_audio = chunk.created_ns
+            record.audio_s += len(chunk.samples) / chunk.sample_rate
+
+    # ---- bookkeeping ------------------------------------------------------------------------------------------
+    def _finish_record(self, record: TurnRecord, synth: StreamingSynthesizer, reply: str) -> None:
+        times, stats = synth.times, self.sink.stats
+        record.reply = reply
+        record.word_k1_arrived = times.start_allowed_ns
+        record.first_codec_frame = times.first_codec_frame_ns
+        record.first_audible_sample = stats.first_audible_ns
+        record.underruns, record.underrun_ms = stats.underruns, round(stats.underrun_ms, 1)
+        record.frames = times.frames
+        record.frames_per_word = round(times.frames / times.words, 2) if times.words else None
+        record.rtf = round(times.compute_ns / 1e9 / record.audio_s, 3) if record.audio_s else None
+        if reply.strip():
+            self.history += [{"role": "user", "content": record.user}, {"role": "assistant", "content": reply}]
+        if self.config.records_path is not None:
+            append_jsonl(self.config.records_path, record)

@@ -1,0 +1,98 @@
+"""One latency record per turn (DESIGN.md section 3), JSONL on disk and a one-line timeline in the terminal."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.text import Text
+
+STAMPS = ("request_sent", "first_token", "first_word", "word_k1_arrived", "first_codec_frame", "first_audio_chunk",
+          "first_audible_sample", "last_token", "last_audio")
+
+
+@dataclass
+class TurnRecord:
+    turn: int
+    tts_mode: str
+    llm: str
+    user: str
+    reply: str = ""
+    spoken_words: int = 0
+    # perf_counter_ns stamps (None: never happened)
+    request_sent: int | None = None
+    first_token: int | None = None
+    first_word: int | None = None
+    word_k1_arrived: int | None = None  # synthesis may start (s5: word k+1; t5: the end; sentence: first sentence)
+    first_codec_frame: int | None = None
+    first_audio_chunk: int | None = None
+    first_audible_sample: int | None = None
+    last_token: int | None = None
+    last_audio: int | None = None
+    underruns: int = 0
+    underrun_ms: float = 0.0
+    rtf: float | None = None
+    frames: int = 0
+    frames_per_word: float | None = None
+    audio_s: float = 0.0
+    cancelled: bool = False
+    error: str | None = None
+    llm_stats: dict = field(default_factory=dict)
+
+    def ms_after_request(self, stamp: str) -> float | None:
+        value = getattr(self, stamp)
+        return None if value is None or self.request_sent is None else round((value - self.request_sent) / 1e6, 1)
+
+    @property
+    def e2e_ms(self) -> float | None:
+        """First audible sample after the request: what the user waits for."""
+        return self.ms_after_request("first_audible_sample")
+
+    @property
+    def e2e_chunk_ms(self) -> float | None:
+        """First audio chunk after the request (the paper's figure)."""
+        return self.ms_after_request("first_audio_chunk")
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["e2e_ms"], data["e2e_chunk_ms"] = self.e2e_ms, self.e2e_chunk_ms
+        data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
+        return data
+
+    def summary_line(self) -> str:
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.0f} ms"
+
+        parts = [f"turn {self.turn}", self.tts_mode, f"E2E {ms(self.e2e_ms)}", f"first chunk {ms(self.e2e_chunk_ms)}",
+                 f"first token {ms(self.ms_after_request('first_token'))}", f"{self.spoken_words} words",
+                 f"{self.audio_s:.1f} s audio", f"rtf {self.rtf:.2f}" if self.rtf is not None else "rtf -",
+                 f"underruns {self.underruns}"]
+        if self.cancelled:
+            parts.append("interrupted")
+        if self.error:
+            parts.append(f"error: {self.error}")
+        return " · ".join(parts)
+
+    def timeline(self, width: int = 60) -> Text:
+        """A bar from the request to the last audio with a letter per stamp: T first token, W first word,
+        S synthesis may start, C first chunk, A first audible, E last token, L last audio."""
+        marks = {"first_token": "T", "first_word": "W", "word_k1_arrived": "S", "first_audio_chunk": "C",
+                 "first_audible_sample": "A", "last_token": "E", "last_audio": "L"}
+        times = {k: self.ms_after_request(k) for k in marks}
+        end = max([t for t in times.values() if t is not None] or [1.0]) or 1.0
+        bar = ["─"] * (width + 1)
+        styles = {"A": "bold green", "C": "green", "T": "cyan", "W": "cyan", "S": "yellow", "E": "magenta", "L": "magenta"}
+        text = Text("0 ")
+        for stamp, letter in marks.items():
+            if times[stamp] is not None:
+                bar[round(times[stamp] / end * width)] = letter
+        for ch in bar:
+            text.append(ch, style=styles.get(ch, "dim"))
+        text.append(f" {end:.0f} ms")
+        return text
+
+
+def append_jsonl(path: Path, record: TurnRecord) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")

@@ -1,0 +1,114 @@
+"""The orchestrator end to end: replayed or Ollama-protocol LLM streams, the real (tiny random) model and codec,
+a real-time null sink. Checks the record, failures mid-reply, barge-in, and hostile input."""
+import asyncio
+
+import pytest
+
+from agent.orchestrator import Agent, AgentConfig
+from audio_io.sinks import ClockSink
+from llm.ollama_backend import OllamaLLM
+from llm.replay import ReplayLLM, ReplayScript
+from tests.ollama_standin import free_port, start
+from tts.synthesis import SynthesisConfig
+from tts.text import normalize_text
+
+
+@pytest.fixture(scope="module")
+def bundles(tiny_bundle):
+    t5 = tiny_bundle(None)
+    return {"s5": tiny_bundle(2), "t5": t5, "sentence": t5}
+
+
+def make_agent(bundles, turns, mode="s5", pace=False, frames=4, **llm):
+    script = ReplayScript.from_dict({"name": "test", "llm": {"first_token_ms": 20, "tokens_per_second": 200, **llm},
+                                     "turns": [{"user": u, "assistant": a} for u, a in turns]})
+    sink = ClockSink(22050, pace=pace)
+    config = AgentConfig(tts_mode=mode, synthesis=SynthesisConfig(seed=0, max_frames_per_word=frames))
+    return Agent(ReplayLLM(script), bundles, sink, config), sink
+
+
+@pytest.mark.parametrize("mode", ["s5", "t5", "sentence"])
+def test_a_turn_end_to_end_fills_its_record_in_order(bundles, mode):
+    reply = "Sure! The meeting is at 3:30 pm. Bring **two** copies."
+    agent, _ = make_agent(bundles, [("When is the meeting?", reply)], mode)
+    record = asyncio.run(agent.run_turn("When is the meeting?"))
+    assert record.error is None and not record.cancelled and record.reply == reply
+    assert record.spoken_words == len(normalize_text(reply))
+    stamps = [record.request_sent, record.first_token, record.first_word, record.word_k1_arrived,
+              record.first_codec_frame, record.first_audio_chunk]
+    assert None not in stamps and stamps == sorted(stamps)
+    assert record.last_audio >= record.first_audio_chunk and record.audio_s > 0 and record.frames > 0
+    assert agent.history[-1] == {"role": "assistant", "content": reply}
+
+
+def test_history_is_sent_with_the_next_turn(bundles):
+    agent, _ = make_agent(bundles, [("Hi", "Hello."), ("Again", "Hello again.")])
+
+    async def two():
+        await agent.run_turn("Hi")
+        return agent.messages_for("Again")
+
+    messages = asyncio.run(two())
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+
+
+def test_llm_dying_mid_reply_ends_the_turn_cleanly_and_speaks_what_arrived(bundles):
+    async def scenario():
+        port = free_port()
+        runner = await start(port)
+        llm = OllamaLLM("error-mid", f"http://127.0.0.1:{port}")
+        agent = Agent(llm, bundles, ClockSink(22050, pace=False), AgentConfig(synthesis=SynthesisConfig(seed=0, max_frames_per_word=4)))
+        try:
+            return await agent.run_turn("Capital of France?")
+        finally:
+            await llm.close()
+            await runner.cleanup()
+
+    record = asyncio.run(scenario())
+    assert record.error.startswith("Ollama reported an error mid-reply") and "\n" not in record.error
+    assert record.reply == "Sure, the capital" and record.spoken_words == 3 and record.audio_s > 0
+
+
+def test_barge_in_stops_speech_flushes_audio_and_the_next_turn_works(bundles):
+    long_reply = " ".join(["This reply goes on and on."] * 30)
+    agent, sink = make_agent(bundles, [("Talk", long_reply), ("Stop", "Okay.")], pace=True, frames=6,
+                             tokens_per_second=40)
+
+    async def scenario():
+        turn = asyncio.create_task(agent.run_turn("Talk"))
+        while sink.stats.played_samples == 0:
+            await asyncio.sleep(0.01)
+        agent.interrupt()
+        first = await turn
+        second = await agent.run_turn("Stop")
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.cancelled and first.spoken_words < len(normalize_text(long_reply))
+    assert second.error is None and not second.cancelled and second.spoken_words == 1
+
+
+HOSTILE = [
+    "", " ", "\n\n", "😀😀😀", "🎉 Done! ✅", "**bold** _italic_ ~~strike~~ `code`", "# Heading\n## Sub", "- a\n- b\n* c",
+    "```\nprint('hi')\n```", "```python\nfor i in range(3):\n    pass", "Supercalifragilisticexpialidocious" * 5,
+    "a" * 300, "日本語のテキストです。", "Привет, как дела?", "مرحبا بالعالم", "Ελληνικά γράμματα", "שלום",
+    "<script>alert(1)</script>", "https://example.com/a?b=c&d=e", "mail me: someone@example.org", "$1,000,000.99",
+    "100%", "-42", "3.14159265358979", "1e309", "12:61 pm", "99:99", "2026-13-45", "1st 2nd 3rd 4th 101st",
+    "\x00\x01\x07 control", "\u200b\u200d zero width", "tab\tseparated\tvalues", "|a|b|\n|-|-|\n|1|2|", "> quote",
+    "...", "?!?!", "--- *** ___", "C++ & C# vs. F#", "¯\\_(ツ)_/¯", "Dr. St. Mr. etc.", "e.g. i.e. vs",
+    "NaN inf", "0x1F 0b101", "#hashtag @mention", "[link](http://x.y)", "![img](a.png)", "\\n literal", "{json: [1, 2]}",
+]
+
+
+def test_a_hundred_hostile_replies_never_raise(bundles):
+    texts = (HOSTILE * 3)[:100]
+    agent, _ = make_agent(bundles, [(f"q{i}", t) for i, t in enumerate(texts)], frames=2, first_token_ms=0, tokens_per_second=5000)
+
+    async def all_turns():
+        return [await agent.run_turn(f"q{i}") for i in range(len(texts))]
+
+    records = asyncio.run(all_turns())
+    assert len(records) == 100
+    assert all(r.error is None and not r.cancelled for r in records)
+    spoken = [r for r in records if r.spoken_words]
+    assert all(r.audio_s > 0 for r in spoken)

@@ -1,0 +1,39 @@
+"""LLM pieces to words: whatever the cuts, the words are the text's words, none split or merged."""
+from hypothesis import given, strategies as st
+
+from agent.segmenter import WordSegmenter
+
+TEXT = st.text(alphabet=st.sampled_from(list("ab,.!? \n\t'-`é😀\r\u00a0")), max_size=120)
+
+
+def segment(text: str, cuts: list[int]):
+    seg, words = WordSegmenter(), []
+    points = sorted(set(c for c in cuts if 0 < c < len(text)))
+    for a, b in zip([0] + points, points + [len(text)]):
+        words += seg.push(text[a:b], 0)
+    return words + seg.flush(0)
+
+
+@given(TEXT, st.lists(st.integers(min_value=0, max_value=120), max_size=30))
+def test_words_are_the_texts_words_whatever_the_cuts(text, cuts):
+    words = segment(text, cuts)
+    assert [w.text for w in words] == text.split()
+    expected_line_starts = [i == 0 for line in text.split("\n") for i, _ in enumerate(line.split())]
+    # a word that starts a line (or the text) is marked as such, every other one is not
+    assert [w.line_start for w in words] == expected_line_starts
+
+
+def test_a_word_is_released_only_when_whitespace_follows():
+    seg = WordSegmenter()
+    assert seg.push("Hel", 1) == [] and seg.push("lo", 2) == [] and seg.push(",", 3) == []
+    (word,) = seg.push(" wor", 4)
+    assert (word.text, word.t_ns) == ("Hello,", 4)
+    assert seg.push("ld", 5) == []
+    assert [w.text for w in seg.flush(6)] == ["world"] and seg.flush(7) == []
+
+
+def test_whitespace_and_punctuation_edge_cases():
+    assert [w.text for w in segment("  \n\n ", [])] == []
+    assert [w.text for w in segment("...!!! ?", [1, 3])] == ["...!!!", "?"]
+    words = segment("- item one\n- item two", [3, 9, 12])
+    assert [(w.text, w.line_start) for w in words] == [("-", True), ("item", False), ("one", False), ("-", True), ("item", False), ("two", False)]
