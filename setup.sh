@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-APT_PACKAGES="espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts fortunes"
+APT_PACKAGES="espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts fortunes libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins build-essential cmake"
 missing=()
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v flite >/dev/null || missing+=(flite)
@@ -14,6 +14,12 @@ command -v text2wave >/dev/null || missing+=(festival)
 [ -d /usr/share/festival/voices/english/ked_diphone ] || missing+=(festvox-kdlpc16k)
 [ -d /usr/share/festival/voices/us/cmu_us_slt_arctic_hts ] || missing+=(festvox-us-slt-hts)
 [ -f /usr/share/games/fortunes/fortunes ] || missing+=(fortunes)
+ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || missing+=(libportaudio2)
+command -v pulseaudio >/dev/null || missing+=(pulseaudio)
+command -v parec >/dev/null || missing+=(pulseaudio-utils)
+[ -e /usr/lib/x86_64-linux-gnu/alsa-lib/libasound_module_pcm_pulse.so ] || [ "$(uname -m)" != x86_64 ] || missing+=(libasound2-plugins)
+command -v cmake >/dev/null || missing+=(cmake)
+command -v g++ >/dev/null || missing+=(build-essential)
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"

@@ -21,6 +21,9 @@ import numpy as np
 from .levels import first_audible_sample
 
 
+START_BUFFER_MS = 120.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended)
+
+
 class AudioDeviceError(RuntimeError):
     pass
 
@@ -41,27 +44,43 @@ class ClockSink:
 
     kind = "null"
 
-    def __init__(self, sample_rate: int, pace: bool = True):
+    def __init__(self, sample_rate: int, pace: bool = True, start_buffer_ms: float = START_BUFFER_MS):
         self.sample_rate = sample_rate
         self.pace = pace  # drain() waits for the simulated playback to finish (False: return at once)
+        self.start_samples = round(start_buffer_ms / 1000 * sample_rate)
         self.stats = PlaybackStats()
         self._clock: int | None = None
+        self._waiting: list[np.ndarray] = []  # audio held until the jitter buffer is full
         self._audible_found = False
 
     def begin_turn(self) -> None:
         self.stats = PlaybackStats()
         self._clock = None
+        self._waiting = []
         self._audible_found = False
 
     def write(self, samples: np.ndarray) -> None:
         if not len(samples):
             return
-        now = time.perf_counter_ns()
+        samples = np.clip(samples, -1.0, 1.0).astype(np.float32)  # as a sound card would
+        if self._clock is None:  # not playing yet: fill the jitter buffer first
+            self._waiting.append(samples)
+            if sum(len(w) for w in self._waiting) >= self.start_samples:
+                self._start()
+            return
+        self._play(samples)
+
+    def _start(self) -> None:
+        self._clock = time.perf_counter_ns()
+        self.stats.first_played_ns = self._clock
+        waiting, self._waiting = self._waiting, []
+        for samples in waiting:
+            self._play(samples, now=self.stats.first_played_ns)
+
+    def _play(self, samples: np.ndarray, now: int | None = None) -> None:
+        now = now if now is not None else time.perf_counter_ns()
         s = self.stats
-        if self._clock is None:
-            self._clock = now
-            s.first_played_ns = now
-        elif now > self._clock:
+        if now > self._clock:
             s.underruns += 1
             s.underrun_ms += (now - self._clock) / 1e6
             self._clock = now
@@ -79,7 +98,8 @@ class ClockSink:
         pass
 
     def end_turn(self) -> None:
-        pass
+        if self._clock is None and self._waiting:  # a reply shorter than the jitter buffer plays now
+            self._start()
 
     async def drain(self) -> None:
         if self.pace and self.stats.last_sample_ns is not None:
@@ -87,6 +107,7 @@ class ClockSink:
 
     def flush(self) -> int:
         """Barge-in: whatever has not played yet is dropped. Returns the samples dropped."""
+        self._waiting = []
         now = time.perf_counter_ns()
         if self._clock is None or self._clock <= now:
             return 0
@@ -140,12 +161,14 @@ class DeviceSink:
 
     kind = "device"
 
-    def __init__(self, sample_rate: int, device: str | int | None = None, blocksize: int = 512):
+    def __init__(self, sample_rate: int, device: str | int | None = None, blocksize: int = 512,
+                 start_buffer_ms: float = START_BUFFER_MS):
         try:
             import sounddevice as sd
         except (ImportError, OSError) as e:  # OSError: PortAudio library missing
             raise AudioDeviceError(f"no audio output: {e}") from e
         self.sample_rate = sample_rate
+        self.start_samples = round(start_buffer_ms / 1000 * sample_rate)
         self.stats = PlaybackStats()
         self._lock = threading.Lock()
         self._queue: deque[np.ndarray] = deque()
@@ -168,7 +191,7 @@ class DeviceSink:
         dac_delay_ns = max(0, round((time_info.outputBufferDacTime - time_info.currentTime) * 1e9))
         filled = 0
         with self._lock:
-            while filled < frames and self._queue:
+            while filled < frames and self._queue and self._started:
                 head = self._queue[0]
                 take = min(frames - filled, len(head) - self._offset)
                 block = head[self._offset : self._offset + take]
@@ -215,15 +238,16 @@ class DeviceSink:
             if self._dry_since is not None:
                 self.stats.underrun_ms += (time.perf_counter_ns() - self._dry_since) / 1e6
                 self._dry_since = None
-            self._queue.append(np.asarray(samples, dtype=np.float32))
-            self._started = True
+            self._queue.append(np.clip(samples, -1.0, 1.0).astype(np.float32))  # never wrap around on overflow
             self._idle.clear()
             queued = sum(len(q) for q in self._queue) - self._offset
+            self._started = self._started or queued >= self.start_samples  # the jitter buffer is full: play
             self.stats.last_sample_ns = time.perf_counter_ns() + round(queued / self.sample_rate * 1e9)
 
     def end_turn(self) -> None:
         with self._lock:
             self._turn_open = False
+            self._started = True  # whatever is queued plays now, however short
             self._dry_since = None
             if not self._queue:
                 self._idle.set()

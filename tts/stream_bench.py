@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from audio_io.levels import first_audible_sample
+from audio_io.sinks import START_BUFFER_MS
 
 from .streaming import MODES, AudioChunk, UtteranceTimes, join_chunks, join_codes, synthesize_words
 from .synthesis import SynthesisConfig, TTSBundle
@@ -21,33 +22,38 @@ BENCH_SENTENCES = Path(__file__).resolve().parents[1] / "configs" / "bench_sente
 
 @dataclass
 class Playback:
-    """What a listener would hear from chunks played as they arrive: playback starts with the first chunk, and
-    whenever the next chunk is late the player runs dry (an underrun) until it arrives."""
+    """What a listener would hear from chunks played as they arrive: whenever the next chunk is late the player
+    runs dry (an underrun) until it arrives."""
     first_audible_ns: int | None
     underruns: int
     underrun_ms: float
     audio_s: float
 
 
-def simulate_playback(chunks: list[AudioChunk]) -> Playback:
-    clock: int | None = None  # when the next sample will play
-    underruns, gap_ns, first_audible, total = 0, 0, None, 0
-    for chunk in chunks:
-        if not len(chunk.samples):
-            continue
-        if clock is None:
-            clock = chunk.created_ns
-        elif chunk.created_ns > clock:
+def simulate_playback(chunks: list[AudioChunk], start_buffer_ms: float = START_BUFFER_MS) -> Playback:
+    """Like the players: playback starts once start_buffer_ms of audio is queued (or the last chunk is in)."""
+    audible = [c for c in chunks if len(c.samples)]
+    if not audible:
+        return Playback(None, 0, 0.0, 0.0)
+    rate = audible[0].sample_rate
+    queued, start = 0, audible[-1].created_ns
+    for chunk in audible:
+        queued += len(chunk.samples)
+        if queued >= start_buffer_ms / 1000 * rate:
+            start = chunk.created_ns
+            break
+    clock, underruns, gap_ns, first_audible, total = start, 0, 0, None, 0
+    for chunk in audible:
+        if chunk.created_ns > clock:
             underruns += 1
             gap_ns += chunk.created_ns - clock
             clock = chunk.created_ns
         if first_audible is None:
-            index = first_audible_sample(chunk.samples, chunk.sample_rate)
+            index = first_audible_sample(chunk.samples, rate)
             if index is not None:
-                first_audible = clock + round(index / chunk.sample_rate * 1e9)
-        clock += round(len(chunk.samples) / chunk.sample_rate * 1e9)
+                first_audible = clock + round(index / rate * 1e9)
+        clock += round(len(chunk.samples) / rate * 1e9)
         total += len(chunk.samples)
-    rate = chunks[0].sample_rate if chunks else 1
     return Playback(first_audible, underruns, gap_ns / 1e6, total / rate)
 
 

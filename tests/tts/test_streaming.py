@@ -131,8 +131,11 @@ def chunk(samples: np.ndarray, at_ms: float) -> AudioChunk:
 def test_playback_simulation_counts_underruns_and_finds_the_first_audible_window():
     quiet, loud = np.zeros(100), np.full(100, 0.1)
     # 100-sample chunks at 1 kHz last 100 ms; the third arrives 50 ms after the player ran dry
-    playback = simulate_playback([chunk(quiet, 0), chunk(loud, 80), chunk(loud, 250)])
+    playback = simulate_playback([chunk(quiet, 0), chunk(loud, 80), chunk(loud, 250)], start_buffer_ms=0)
     assert playback.underruns == 1 and playback.underrun_ms == pytest.approx(50)
     assert playback.first_audible_ns == int(100e6)  # the loud chunk plays when the quiet one has finished
+    # with a 150 ms jitter buffer playback waits for the second chunk: no underrun until the third is late
+    buffered = simulate_playback([chunk(quiet, 0), chunk(loud, 80), chunk(loud, 300)], start_buffer_ms=150)
+    assert buffered.underruns == 1 and buffered.underrun_ms == pytest.approx(20) and buffered.first_audible_ns == int(180e6)
     assert first_audible_sample(np.r_[np.zeros(25), np.full(10, 0.02)], 1000) == 20  # -34 dBFS window 20..29
     assert first_audible_sample(np.full(50, 0.005), 1000) is None  # -46 dBFS

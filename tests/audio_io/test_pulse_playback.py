@@ -1,0 +1,110 @@
+"""A whole agent turn through sounddevice into a PulseAudio null sink, recorded from the sink's monitor with
+`parec`: what the listener would hear must be what the agent sent (DESIGN.md section 7)."""
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import time
+import wave
+
+import numpy as np
+import pytest
+from scipy.signal import butter, correlate, resample_poly, sosfiltfilt
+
+from agent.orchestrator import Agent, AgentConfig
+from llm.replay import ReplayLLM, ReplayScript
+from tts.synthesis import SynthesisConfig
+
+RATE = 22050
+SINK = "s5null"
+
+
+@pytest.fixture(scope="module")
+def pulse(tmp_path_factory):
+    if not shutil.which("pulseaudio") or not shutil.which("parecord"):
+        if os.environ.get("CI"):
+            pytest.fail("pulseaudio / parec missing: ./setup.sh installs pulseaudio and pulseaudio-utils")
+        pytest.skip("pulseaudio not installed (./setup.sh installs it)")
+    runtime = tmp_path_factory.mktemp("pulse")
+    runtime.chmod(0o700)
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    subprocess.run(["pulseaudio", "-D", "--exit-idle-time=-1", "-n", f"--load=module-null-sink sink_name={SINK}",
+                    "--load=module-native-protocol-unix"], check=True, capture_output=True, timeout=30)
+    for _ in range(50):
+        if subprocess.run(["pactl", "info"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    import sounddevice as sd
+
+    sd._terminate()  # PortAudio lists devices once: look again now that the server runs
+    sd._initialize()
+    yield
+    subprocess.run(["pulseaudio", "--kill"], capture_output=True)
+    if old is None:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = old
+
+
+class Recorded:
+    """The device sink, remembering every sample it was given."""
+
+    def __init__(self, sink):
+        self.sink, self.sent = sink, []
+
+    def write(self, samples):
+        self.sent.append(np.clip(samples, -1, 1).astype(np.float32))
+        self.sink.write(samples)
+
+    def __getattr__(self, name):
+        return getattr(self.sink, name)
+
+
+def test_a_turn_played_through_pulseaudio_is_what_was_sent(pulse, tiny_bundle, tmp_path):
+    from audio_io.sinks import DeviceSink
+
+    from tts.codec import BuiltinCodec
+    from tts.synthesis import TTSBundle
+
+    tiny = tiny_bundle(2)
+    bundles = {"s5": TTSBundle(tiny.model, tiny.symbols, BuiltinCodec.load(), tiny.g2p)}  # the shipped codec
+    script = ReplayScript.from_dict({"llm": {"first_token_ms": 10, "tokens_per_second": 100},
+                                     "turns": [{"user": "hi", "assistant": "Hello there, this goes to the sound card."}]})
+    # record in the null sink's own format (resampling inside parec drops data here) into a WAV that parecord
+    # finalises on SIGINT, then convert
+    recording = tmp_path / "heard.wav"
+    recorder = subprocess.Popen(["parecord", "-d", f"{SINK}.monitor", "--rate=44100", "--channels=2", "--format=s16le",
+                                 "--latency-msec=20", "--file-format=wav", str(recording)])
+    time.sleep(0.3)
+    sink = Recorded(DeviceSink(RATE, "pulse", start_buffer_ms=10_000))  # plays once the turn is complete: no gaps
+    agent = Agent(ReplayLLM(script), bundles, sink, AgentConfig(synthesis=SynthesisConfig(seed=0, max_frames_per_word=6)))
+    record = asyncio.run(agent.run_turn("hi"))
+    time.sleep(0.5)
+    sink.close()
+    recorder.send_signal(signal.SIGINT)
+    recorder.wait(timeout=10)
+    with wave.open(str(recording)) as f:
+        raw = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+    heard = resample_poly(raw[: len(raw) // 2 * 2].reshape(-1, 2).mean(axis=1) / 32768, 1, 2).astype(np.float32)
+    sent = np.concatenate(sent_parts) if (sent_parts := sink.sent) else np.zeros(0, np.float32)
+    assert record.error is None and len(sent) > RATE // 2 and np.abs(sent).max() > 0.01
+    # find the sent audio in the recording and compare sample by sample below 7 kHz (the resamplers on the way
+    # to the 44.1 kHz sink and back shape the top of the band)
+    lowpass = butter(8, 7000, fs=RATE, output="sos")
+    heard, sent = sosfiltfilt(lowpass, heard), sosfiltfilt(lowpass, sent)
+    # (the monitor only streams while the sink runs, so the very start of playback may be missing: align on a
+    # piece from the middle and compare everything after the first 100 ms)
+    skip = RATE // 10
+    probe = sent[skip : skip + RATE // 2]
+    offset = int(np.argmax(correlate(heard, probe, mode="valid", method="fft"))) - skip
+    start = max(skip, -offset)  # sent[i] was heard at heard[i + offset]
+    sent = sent[start:]
+    segment = heard[start + offset :][: len(sent)]
+    assert len(segment) >= len(sent) - RATE // 20, (len(heard), len(sent), offset)
+    sent = sent[: len(segment)]
+    correlation = float(np.dot(segment, sent) / (np.linalg.norm(segment) * np.linalg.norm(sent)))
+    assert correlation > 0.9
+    assert 0.8 < np.linalg.norm(segment) / np.linalg.norm(sent) < 1.25  # same loudness
+    assert record.first_audible_sample is not None and record.underruns == 0
