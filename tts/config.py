@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from math import prod as np_prod
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -17,6 +18,10 @@ class ModelConfig:
     phoneme_vocab_size: int = 128  # size of the phoneme symbol table, specials included
     num_codebooks: int = 8  # K: codec codebooks predicted per frame
     codebook_size: int = 1000  # codes per codebook; BOS and EOS follow at codebook_size, codebook_size + 1
+    # FSQ levels of each code (mixed radix, first level varies fastest). Set: code embeddings and output logits are
+    # factorised over the digits (a code's logit is the sum of its digits' logits), so neighbouring levels are
+    # learned as related values instead of 1000 unrelated symbols. None: one free embedding / logit per code.
+    code_levels: list[int] | None = None
     # transformer
     d_model: int = 256
     n_heads: int = 4
@@ -45,6 +50,8 @@ class ModelConfig:
             raise ValueError("lookahead_words must be >= 0 or null")
         if self.encoder_layers < 1 or self.decoder_layers < 1:
             raise ValueError("the model needs at least one encoder and one decoder layer")
+        if self.code_levels is not None and int(np_prod(self.code_levels)) != self.codebook_size:
+            raise ValueError(f"code_levels {self.code_levels} do not multiply to codebook_size {self.codebook_size}")
         bad = [i for i in self.alignment_layers if not 0 <= i < self.decoder_layers]
         if bad or not self.alignment_layers:
             raise ValueError(f"alignment_layers {self.alignment_layers} must index decoder layers 0..{self.decoder_layers - 1}")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .alignment import beta_binomial_log_prior, monotonic_alignment_search, step_words_from_path
 from .aux_attention import ConvAuxAttention
@@ -73,12 +74,70 @@ def teacher_forcing(codes: torch.Tensor, code_lens: torch.Tensor, bos: int, eos:
     return inputs, targets, positions[None, :] <= code_lens[:, None]
 
 
+def digit_matrix(levels: list[int]) -> torch.Tensor:
+    """(sum(levels), prod(levels)) 0/1: column c has a one at each of code c's digits (offset per digit)."""
+    codes = torch.arange(int(torch.tensor(levels).prod()))
+    basis = torch.cumprod(torch.tensor([1] + levels[:-1]), 0)
+    offsets = torch.cumsum(torch.tensor([0] + levels[:-1]), 0)
+    rows = (codes[:, None] // basis) % torch.tensor(levels) + offsets  # (V, D)
+    matrix = torch.zeros(sum(levels), len(codes))
+    matrix[rows, codes[:, None].expand_as(rows)] = 1.0
+    return matrix
+
+
+class CodeEmbedding(nn.Module):
+    """(B, K, S) codes -> (B, S, C), summed over codebooks. Factorised (code_levels set): a code's embedding is
+    the sum of its FSQ digits' embeddings; BOS/EOS have their own rows."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.factorised = c.code_levels is not None
+        if self.factorised:
+            self.register_buffer("digits", digit_matrix(c.code_levels), persistent=False)  # (L, V)
+            self.digit_weight = nn.Parameter(torch.randn(c.num_codebooks, sum(c.code_levels), c.d_model) * 0.02)
+            self.special_weight = nn.Parameter(torch.randn(c.num_codebooks, c.code_vocab_size - c.codebook_size, c.d_model) * 0.02)
+        else:
+            self.tables = nn.ModuleList(nn.Embedding(c.code_vocab_size, c.d_model) for _ in range(c.num_codebooks))
+
+    def table(self, k: int) -> torch.Tensor:
+        if not self.factorised:
+            return self.tables[k].weight
+        return torch.cat([self.digits.t() @ self.digit_weight[k], self.special_weight[k]])  # (V + specials, C)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        return sum(F.embedding(codes[:, k], self.table(k)) for k in range(codes.shape[1]))
+
+
+class CodeHeads(nn.Module):
+    """(..., C) -> (..., K, V) logits. Factorised: a code's logit is the sum of its digits' logits (a product of
+    per-digit distributions over the codes), BOS/EOS logits come straight from the hidden state."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.K, self.V = c.num_codebooks, c.code_vocab_size
+        self.factorised = c.code_levels is not None
+        if self.factorised:
+            self.register_buffer("digits", digit_matrix(c.code_levels), persistent=False)  # (L, codebook_size)
+            self.n_digits, self.n_special = sum(c.code_levels), c.code_vocab_size - c.codebook_size
+            self.linear = nn.Linear(c.d_model, self.K * (self.n_digits + self.n_special))
+        else:
+            self.linear = nn.Linear(c.d_model, self.K * self.V)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = self.linear(hidden)
+        if not self.factorised:
+            return out.view(*hidden.shape[:-1], self.K, self.V)
+        out = out.view(*hidden.shape[:-1], self.K, self.n_digits + self.n_special)
+        digit_logits, special_logits = out.split([self.n_digits, self.n_special], dim=-1)
+        return torch.cat([digit_logits @ self.digits, special_logits], dim=-1)
+
+
 class S5TTS(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = c = config
         self.phoneme_embedding = nn.Embedding(c.phoneme_vocab_size, c.d_model, padding_idx=TEXT_PAD)
-        self.code_embeddings = nn.ModuleList(nn.Embedding(c.code_vocab_size, c.d_model) for _ in range(c.num_codebooks))
+        self.code_embedding = CodeEmbedding(c)
         # word-causal layers (causal conv FFN) then the one lookahead layer (pointwise FFN: it exists in k+1 versions)
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(c.d_model, c.n_heads, c.d_ffn, c.encoder_ffn_kernel if i < c.encoder_layers - 1 else 1, c.dropout)
@@ -87,9 +146,12 @@ class S5TTS(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model)
         self.decoder_layers = nn.ModuleList(DecoderLayer(c.d_model, c.n_heads, c.d_ffn, c.dropout) for _ in range(c.decoder_layers))
         self.decoder_norm = nn.LayerNorm(c.d_model)
-        self.heads = nn.Linear(c.d_model, c.num_codebooks * c.code_vocab_size)  # K heads stacked in one matmul
+        self.heads = CodeHeads(c)  # K heads stacked in one matmul
         self.aux_attention = ConvAuxAttention(c.d_model, c.aux_channels, c.aux_delta)
         self.drop = nn.Dropout(c.dropout)
+        # embeddings start at std 0.02; scaled by sqrt(d) they meet the unit-amplitude sinusoidal positions on
+        # equal terms (unscaled, position swamps content and the decoder long ignores the previous frame)
+        self.embedding_scale = c.d_model**0.5
         self.apply(self._init_weights)
 
     @staticmethod
@@ -105,11 +167,11 @@ class S5TTS(nn.Module):
     # ---- embeddings -------------------------------------------------------------------------------------------
     def embed_text(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """(B, T) ids, (T,) positions -> (B, T, C)"""
-        return self.drop(self.phoneme_embedding(tokens) + sinusoidal_positions(positions, self.config.d_model))
+        return self.drop(self.phoneme_embedding(tokens) * self.embedding_scale + sinusoidal_positions(positions, self.config.d_model))
 
     def embed_frames(self, codes: torch.Tensor) -> torch.Tensor:
         """Sum of the K codebook embeddings of each frame. (B, K, S) -> (B, S, C)"""
-        return sum(embedding(codes[:, i]) for i, embedding in enumerate(self.code_embeddings))
+        return self.code_embedding(codes) * self.embedding_scale
 
     # ---- encoder ----------------------------------------------------------------------------------------------
     def encode(self, tokens: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
@@ -162,7 +224,7 @@ class S5TTS(nn.Module):
             if layer_scores is not None:
                 scores.append(layer_scores.mean(1))
         hidden = self.decoder_norm(x)
-        logits = self.heads(hidden).view(B, S, K, c.code_vocab_size)
+        logits = self.heads(hidden)  # (B, S, K, V)
         return DecoderOutput(hidden, logits, torch.stack(scores).mean(0) if scores else None)
 
     # ---- training ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ The mode decides when words reach the model and when audio leaves; the weights d
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -34,8 +35,10 @@ MODELS_DIR = Path(__file__).resolve().parent / "assets" / "models"
 
 
 def default_model_dir(mode: str) -> Path:
-    """The shipped checkpoint a mode runs by default: S5 (k=2) for s5, the full-context teacher otherwise."""
-    return MODELS_DIR / ("s5_default" if mode == "s5" else "t5_default")
+    """The shipped checkpoint a mode runs by default: S5 (k=2) for s5, the full-context teacher otherwise.
+    S5_MODELS_DIR points elsewhere (a folder holding s5_default/ and t5_default/)."""
+    root = Path(os.environ.get("S5_MODELS_DIR") or MODELS_DIR)
+    return root / ("s5_default" if mode == "s5" else "t5_default")
 
 
 def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path | str | None = None) -> TTSBundle:

@@ -15,7 +15,7 @@ from tts.voices import read_wav
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    for name, k in (("s5", 2), ("t5", None)):
+    for name, k in (("s5_default", 2), ("t5_default", None)):
         torch.manual_seed(0)
         config = tiny_config(k, phoneme_vocab_size=len(SymbolTable.default()), num_codebooks=8, codebook_size=1000)
         export_weights(S5TTS(config), root / name, SymbolTable.default())
@@ -25,7 +25,7 @@ def models(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["s5", "t5", "sentence"])
 def test_say_writes_a_wav(models, tmp_path, mode):
     out = tmp_path / f"{mode}.wav"
-    model = models / ("s5" if mode == "s5" else "t5")
+    model = models / ("s5_default" if mode == "s5" else "t5_default")
     result = s5("say", "Hello there. Nice to meet you!", "--mode", mode, "--model", str(model), "--out", str(out), "--seed", "1")
     assert result.returncode == 0, result.stderr[-800:]
     audio, rate = read_wav(out)
@@ -48,7 +48,7 @@ def test_say_bad_input_gives_one_line(args, message):
 
 
 def test_say_refuses_s5_mode_on_a_full_context_model(models):
-    result = s5("say", "hello", "--model", str(models / "t5"), "--out", "/tmp/x.wav")
+    result = s5("say", "hello", "--model", str(models / "t5_default"), "--out", "/tmp/x.wav")
     assert result.returncode == 2 and "needs an S5 checkpoint" in result.stderr
 
 
@@ -57,7 +57,7 @@ def test_bench_tts_json(models, tmp_path):
     sentences = tmp_path / "s.txt"
     sentences.write_text("Hello there, nice to meet you.\nThis is a test. It has two sentences.\n")
     result = s5("bench", "tts", "--json", "--words-per-second", "12", "--sentences", str(sentences),
-                "--s5-model", str(models / "s5"), "--t5-model", str(models / "t5"))
+                "--s5-model", str(models / "s5_default"), "--t5-model", str(models / "t5_default"))
     assert result.returncode == 0, result.stderr[-800:]
     data = json.loads(result.stdout)
     for mode in ("s5", "t5", "sentence"):
@@ -69,3 +69,35 @@ def test_bench_tts_json(models, tmp_path):
     comparison = data["s5_streaming_vs_offline"]
     assert comparison["identical_codes"] is True
     assert 0.99 <= comparison["duration_ratio_min"] <= comparison["duration_ratio_max"] <= 1.01
+
+
+def test_replay_writes_one_wav_per_turn_and_the_records(models, tmp_path):
+    out = tmp_path / "replay"
+    result = s5_with_models(models, "replay", "examples/short_answers.yaml", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr[-800:]
+    data = json.loads(result.stdout)
+    assert len(data["wavs"]) == 3 and all(read_wav(w)[0].size > 0 for w in data["wavs"])
+    lines = (out / "latency.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(l)["e2e_chunk_ms"] is not None for l in lines)
+
+
+@pytest.mark.slow
+def test_bench_e2e_json(models):
+    result = s5("bench", "e2e", "--json", "--script", "examples/short_answers.yaml", "--first-token-ms", "50",
+                "--tokens-per-second", "200", "--s5-model", str(models / "s5_default"), "--t5-model", str(models / "t5_default"))
+    assert result.returncode == 0, result.stderr[-800:]
+    data = json.loads(result.stdout)
+    for mode in ("s5", "t5", "sentence"):
+        assert data[mode]["turns"] == 3 and "e2e_p50_ms" in data[mode] and "underruns" in data[mode]
+    assert data["ratio_e2e_s5_over_t5"] > 0
+
+
+def s5_with_models(models, *args):
+    """Run `s5` with the default checkpoints replaced by the tiny test ones (S5_MODELS_DIR)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "S5_MODELS_DIR": str(models)}
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, env=env)

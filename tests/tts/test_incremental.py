@@ -11,10 +11,10 @@ def _random_words(generator: torch.Generator, n: int) -> list[list[int]]:
     return [torch.randint(3, 64, (int(torch.randint(1, 6, (1,), generator=generator)),), generator=generator).tolist() for _ in range(n)]
 
 
-@pytest.mark.parametrize("lookahead", [2, 1, 0, None])
-def test_incremental_decoding_equals_full_forward(lookahead):
+@pytest.mark.parametrize("lookahead, levels", [(2, None), (1, None), (0, None), (None, None), (2, [4, 5]), (None, [4, 5])])
+def test_incremental_decoding_equals_full_forward(lookahead, levels):
     g = torch.Generator().manual_seed(7)
-    model = S5TTS(tiny_config(lookahead)).eval()
+    model = S5TTS(tiny_config(lookahead, code_levels=levels)).eval()
     words = _random_words(g, 12)
     tokens, word_ids = flatten_words(words)
     S = 120  # 121 decoder steps including the EOS step

@@ -97,3 +97,22 @@ def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
     assert all(last[name] > 0 for name in ("ce", "aux", "cross_ctc"))  # every loss was on
     assert last["total"] < 0.1 * first["total"], (first, last)
     assert last["ce"] < 0.1 * first["ce"] and last["aux"] < 0.5 * first["aux"]
+
+
+def test_factorised_codes_are_a_product_of_digit_distributions():
+    """With code_levels, log p(code) = sum over digits of log p(digit) (up to the BOS/EOS mass), and codes that
+    share digits share embedding parts."""
+    from tts.model import CodeHeads, digit_matrix
+
+    levels = [4, 5]
+    assert digit_matrix(levels).sum(0).eq(2).all() and digit_matrix(levels).shape == (9, 20)
+    config = tiny_config(2, code_levels=levels)
+    heads = CodeHeads(config)
+    hidden = torch.randn(3, config.d_model)
+    logits = heads(hidden)  # (3, K, 22)
+    assert logits.shape == (3, config.num_codebooks, 22)
+    raw = heads.linear(hidden).view(3, config.num_codebooks, 11)
+    code = 2 + 4 * 3  # digits (2, 3)
+    assert torch.allclose(logits[..., code], raw[..., 2] + raw[..., 4 + 3])
+    with pytest.raises(ValueError, match="do not multiply"):
+        tiny_config(2, code_levels=[4, 4])

