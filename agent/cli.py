@@ -301,6 +301,28 @@ def _bench_tts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distill(args: argparse.Namespace) -> int:
+    from tts.distill import DistillConfig, distill
+
+    config = DistillConfig(out=str(args.out), max_steps=args.max_steps, max_minutes=args.max_minutes or 0.0,
+                           asr_filter=not args.no_asr_filter, text_limit=args.text_limit, threads=args.threads)
+    for name in ("teacher", "student", "data"):
+        if getattr(args, name):
+            setattr(config, name, str(getattr(args, name)))
+    if args.speakers:
+        config.speakers = args.speakers.split(",")
+    path = args.sentences or Path(__file__).resolve().parents[1] / "configs" / "conversational_sentences.txt"
+    sentences = [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    if not sentences:
+        raise ValueError(f"no sentences in {path}")
+    with _progress() as progress:
+        result = distill(config, sentences, progress)
+    d_text = result["d_text"]
+    err.print(f"distilled to step {result['steps']} in {config.out}; D_text kept {d_text['kept']}/{d_text['generated']} "
+              f"teacher samples ({d_text['kept_fraction']:.0%}) with zero WER")
+    return 0
+
+
 def _print_result(result: dict, as_json: bool, title: str) -> None:
     if as_json:
         print(json.dumps(result))
@@ -365,6 +387,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--speakers", default="", help="comma-separated training speakers (default: all)")
     train.add_argument("--threads", type=int, default=0)
     train.set_defaults(func=_train)
+
+    dist = commands.add_parser("distill", help="IMSD: distil a full-context T5 teacher into an S5 student")
+    dist.add_argument("--teacher", type=Path, default=None, help="exported T5 model (default: the shipped one)")
+    dist.add_argument("--student", type=Path, default=None, help="exported S5 model to start from (default: the shipped one)")
+    dist.add_argument("--data", type=Path, default=None, help="tokenised corpus (D_audio)")
+    dist.add_argument("--sentences", type=Path, default=None, help="D_text, one sentence per line (default: configs/conversational_sentences.txt)")
+    dist.add_argument("--text-limit", type=int, default=200)
+    dist.add_argument("--no-asr-filter", action="store_true", help="keep every teacher sample (default: zero-WER ones only)")
+    dist.add_argument("--out", type=Path, default=Path("runs/s5_distilled"))
+    dist.add_argument("--max-steps", type=int, default=1000)
+    dist.add_argument("--max-minutes", type=float, default=None)
+    dist.add_argument("--speakers", default="")
+    dist.add_argument("--threads", type=int, default=0)
+    dist.set_defaults(func=_distill)
 
     ev = commands.add_parser("eval", help="streaming synthesis quality: WER/CER, similarity, DNSMOS, RTF")
     ev.add_argument("--model", type=Path, required=True, help="exported model folder")
