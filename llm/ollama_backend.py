@@ -21,7 +21,10 @@ class OllamaLLM:
 
     def __init__(self, model: str = DEFAULT_MODEL, host: str = DEFAULT_HOST, keep_alive: str | float = "30m",
                  options: dict | None = None, timeout: float = 120.0):
-        from ollama import AsyncClient
+        try:
+            from ollama import AsyncClient
+        except ImportError as e:
+            raise LLMError("the ollama client is not installed: pip install ollama (./setup.sh does)") from e
 
         self.model = model
         self.host = host

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
+REQUESTS = web.AppKey("requests", list)
 REPLY = ["Sure", ",", " the", " capital", " of", " France", " is", " Paris", "."]
 PULLED = ["llama3.3:70b", "slow", "error-mid", "disconnect", "thinker"]
 
@@ -36,7 +37,7 @@ def _part(model: str, content: str = "", thinking: str | None = None, done: bool
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     model = body.get("model", "")
-    request.app["requests"].append(body)
+    request.app[REQUESTS].append(body)
     if model not in PULLED:
         return web.json_response({"error": f"model '{model}' not found"}, status=404)
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
@@ -69,7 +70,7 @@ async def tags(request: web.Request) -> web.Response:
 
 async def start(port: int) -> web.AppRunner:
     app = web.Application()
-    app["requests"] = []
+    app[REQUESTS] = []
     app.router.add_post("/api/chat", chat)
     app.router.add_get("/api/tags", tags)
     runner = web.AppRunner(app)

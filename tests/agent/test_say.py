@@ -101,3 +101,63 @@ def s5_with_models(models, *args):
     env = {**os.environ, "S5_MODELS_DIR": str(models)}
     return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL, env=env)
+
+
+@pytest.fixture()
+def ollama_server():
+    """The Ollama stand-in on a background event loop, for commands run as subprocesses."""
+    import asyncio
+    import threading
+
+    from tests.ollama_standin import free_port, start
+
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        runner = loop.run_until_complete(start(port))
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    ready.wait(10)
+    yield f"http://127.0.0.1:{port}"
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+def test_chat_with_typed_turns_writes_wavs_and_one_latency_line_per_turn(models, tmp_path, ollama_server):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "S5_MODELS_DIR": str(models)}
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--llm", "ollama", "--ollama-host", ollama_server,
+                             "--out", str(tmp_path)], input="What is the capital of France?\nAnd again?\n",
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-800:]
+    assert "LLM: Ollama llama3.3:70b" in result.stderr
+    lines = [l for l in result.stdout.splitlines() if l.startswith("turn ")]
+    assert len(lines) == 2 and all("E2E" in l and "first token" in l for l in lines)
+    assert "Sure, the capital of France is Paris." in result.stdout
+    assert sorted(p.name for p in tmp_path.glob("turn_*.wav")) == ["turn_001.wav", "turn_002.wav"]
+    assert len((tmp_path / "latency.jsonl").read_text().splitlines()) == 2
+
+
+def test_chat_with_ollama_down_says_so_in_one_line(models):
+    import os
+    import subprocess
+    import sys
+
+    from tests.ollama_standin import free_port
+
+    env = {**os.environ, "S5_MODELS_DIR": str(models)}
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--llm", "ollama", "--ollama-host",
+                             f"http://127.0.0.1:{free_port()}", "--out", "/tmp/s5_chat_down"], input="hi\n",
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "cannot reach Ollama" in result.stderr and "ollama serve" in result.stderr

@@ -5,7 +5,7 @@ import pytest
 
 from llm.base import LLMError
 from llm.ollama_backend import OllamaLLM
-from tests.ollama_standin import REPLY, free_port, start
+from tests.ollama_standin import REPLY, REQUESTS, free_port, start
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -16,7 +16,7 @@ def run_against_server(model: str, body, server: bool = True):
         runner = await start(port) if server else None
         llm = OllamaLLM(model, f"http://127.0.0.1:{port}")
         try:
-            return await body(llm), (runner.app["requests"] if runner else [])
+            return await body(llm), (runner.app[REQUESTS] if runner else [])
         finally:
             await llm.close()
             if runner:
