@@ -244,9 +244,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from tts.evaluate import evaluate, heldout_sentences
-    from tts.synthesis import TTSBundle
+    from tts.streaming import load_bundle
 
-    bundle = TTSBundle.load(args.model, args.codec)
+    bundle = load_bundle(args.mode, args.model, args.codec)
     if args.sentences:
         sentences = [l.strip() for l in args.sentences.read_text().splitlines() if l.strip()][: args.limit]
     else:
@@ -403,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     dist.set_defaults(func=_distill)
 
     ev = commands.add_parser("eval", help="streaming synthesis quality: WER/CER, similarity, DNSMOS, RTF")
-    ev.add_argument("--model", type=Path, required=True, help="exported model folder")
+    ev.add_argument("--model", type=Path, default=None, help="exported model folder (default: the shipped one for --mode)")
+    ev.add_argument("--mode", choices=["s5", "t5"], default="s5", help="which shipped checkpoint to evaluate")
     ev.add_argument("--codec", type=Path, default=None)
     ev.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: the test split)")
     ev.add_argument("--corpus", type=Path, default=Path("corpus"))

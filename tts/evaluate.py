@@ -89,6 +89,15 @@ def evaluate(
 
 
 def heldout_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30) -> list[str]:
-    """Sentences of the test split (never seen in training), in a stable order."""
-    entries = [e for e in read_manifest(corpus / "test.jsonl") if e.speaker == speaker] or read_manifest(corpus / "test.jsonl")
-    return sorted({e.text for e in entries})[:limit]
+    """Sentences of the test split (never seen in training), in a stable order: from the corpus manifest, or,
+    without a corpus, from the shipped tokenised test split."""
+    if (corpus / "test.jsonl").exists():
+        entries = [e for e in read_manifest(corpus / "test.jsonl") if e.speaker == speaker] or read_manifest(corpus / "test.jsonl")
+        return sorted({e.text for e in entries})[:limit]
+    from .codes import load_tokenized
+    from .train import TrainConfig
+
+    shipped = load_tokenized(Path(TrainConfig().data), "test")
+    if not shipped:
+        raise FileNotFoundError(f"no test split: neither {corpus}/test.jsonl nor shipped test tokens")
+    return sorted({u.text for u in shipped if u.speaker == speaker} or {u.text for u in shipped})[:limit]

@@ -26,6 +26,7 @@ class SynthesisConfig:
     top_k: int = 80
     temperature: float = 0.85
     max_frames_per_word: int = 0  # 0: about 2.5 s of frames at the codec's rate
+    max_seconds_per_phoneme: float = 0.25  # runaway guard scaled to the word: cap = 0.2 s + this x its phonemes
     min_frames_per_word: int = 1
     seed: int | None = None
 
@@ -76,6 +77,7 @@ class UtteranceSynthesizer:
         cap = self.config.max_frames_per_word or round(2.5 * bundle.codec.frame_rate)
         self.max_frames_per_word = cap
         self.token_words: list[int] = []  # word of every encoder token, for reading the attention
+        self.word_caps: list[int] = []  # frame cap of every word (the smaller of the two guards)
 
     # ---- input -------------------------------------------------------------------------------------------
     def push_word(self, word: str) -> bool:
@@ -88,6 +90,10 @@ class UtteranceSynthesizer:
             return False  # nothing but punctuation (or nothing at all): no sound to make
         self.encoder.push_word(ids)
         self.words.append(word)
+        rate = self.bundle.codec.frame_rate
+        phonemes = sum(self.bundle.symbols.symbols[i] not in SPOKEN_PUNCTUATION for i in ids)
+        by_length = round((0.2 + self.config.max_seconds_per_phoneme * phonemes) * rate) if self.config.max_seconds_per_phoneme else self.max_frames_per_word
+        self.word_caps.append(max(1, min(self.max_frames_per_word, by_length)))
         return True
 
     def end(self) -> None:
@@ -138,7 +144,7 @@ class UtteranceSynthesizer:
         word_of_token = torch.tensor(self.encoder.word_ids[: len(attention)])
         peak_word = int(word_of_token[int(attention.argmax())])
         frames = len(self.current_frames)
-        if frames >= self.max_frames_per_word:
+        if frames >= self.word_caps[n - 1]:
             return self._finish_word(capped=True, final=is_last)
         if peak_word > n and frames >= self.config.min_frames_per_word:
             return self._finish_word(capped=False, final=is_last and peak_word > last_word and frames > 1)

@@ -20,7 +20,7 @@ def test_chat_runs_and_exits_cleanly():
     [
         (("data", "build", "--hours", "0.01", "--out", "/tmp/s5_bad_voice", "--voices", "nope"), "unknown voices: nope"),
         (("bench", "model", "--config", "no_such_config"), "no config 'no_such_config'"),
-        (("eval", "--model", "/nonexistent/model"), "no model.safetensors"),
+        (("eval", "--model", "/nonexistent/model"), "no S5-TTS checkpoint"),
         (("train", "--config", "s5_default", "--data", "/nonexistent/tokens", "--out", "/tmp/s5_bad_run"), "no training utterances"),
     ],
 )
