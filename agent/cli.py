@@ -251,8 +251,14 @@ def _eval(args: argparse.Namespace) -> int:
         sentences = [l.strip() for l in args.sentences.read_text().splitlines() if l.strip()][: args.limit]
     else:
         sentences = heldout_sentences(args.corpus, limit=args.limit)
+    prompt = clip = None
+    if args.zero_shot:
+        from tts.evaluate import zero_shot_prompt
+
+        prompt, clip = zero_shot_prompt(bundle)
     with _progress() as progress:
-        result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress)
+        result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt, speaker_clip=clip)
+    result["zero_shot"] = bool(args.zero_shot)
     _print_result(result, args.json, "S5-TTS evaluation")
     return 0
 
@@ -270,12 +276,21 @@ def _say(args: argparse.Namespace) -> int:
     if not words:
         raise ValueError("nothing to say: the text has no speakable words")
     bundle = load_bundle(args.mode, args.model)
+    prompt = None
+    if args.prompt_wav:
+        from tts.synthesis import VoicePrompt
+        from tts.voices import SAMPLE_RATE, read_wav, resample
+
+        if not args.prompt_text:
+            raise ValueError("--prompt-wav needs --prompt-text (what the clip says)")
+        audio, rate = read_wav(args.prompt_wav)
+        prompt = VoicePrompt.from_audio(bundle, args.prompt_text, resample(audio, rate, SAMPLE_RATE))
     if args.out:
         sink = WavSink(bundle.codec.sample_rate, args.out, pace=False)
     else:
         sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=lambda m: err.print(f"[yellow]{m}[/]"))
     try:
-        result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed)))
+        result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed), prompt))
     finally:
         sink.close()
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
@@ -410,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--corpus", type=Path, default=Path("corpus"))
     ev.add_argument("--limit", type=int, default=30)
     ev.add_argument("--reference-voice", default="piper_joe")
+    ev.add_argument("--zero-shot", action="store_true", help="prompt with a held-out speaker's clip (flite_rms); similarity is to that clip")
     ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
@@ -443,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--output", choices=["auto", "device", "wav", "null"], default="auto")
     say.add_argument("--device", default=None, help="sounddevice output device name or index")
     say.add_argument("--seed", type=int, default=None)
+    say.add_argument("--prompt-wav", type=Path, default=None, help="reference clip of the voice to speak in (zero-shot)")
+    say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
     say.set_defaults(func=_say)
 
     bench = commands.add_parser("bench", help="benchmarks")

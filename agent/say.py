@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from audio_io.sinks import ClockSink, DeviceSink, PlaybackStats
 from tts.streaming import StreamingSynthesizer, UtteranceTimes
-from tts.synthesis import SynthesisConfig, TTSBundle
+from tts.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 
 
 @dataclass
@@ -29,8 +29,9 @@ class SayResult:
 
 
 async def say(bundle: TTSBundle, words: list[str], sink: ClockSink | DeviceSink, mode: str = "s5",
-              words_per_second: float = 0.0, config: SynthesisConfig | None = None) -> SayResult:
-    synth = StreamingSynthesizer(bundle, mode, config)
+              words_per_second: float = 0.0, config: SynthesisConfig | None = None,
+              prompt: VoicePrompt | None = None) -> SayResult:
+    synth = StreamingSynthesizer(bundle, mode, config, prompt=prompt)
 
     async def feed() -> None:
         start = time.perf_counter()

@@ -10,7 +10,7 @@ import torch
 
 from .data import read_manifest
 from .metrics import dnsmos, error_rates, speaker_similarity, transcribe
-from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer
+from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, VoicePrompt
 from .text import normalize_text
 from .voices import SAMPLE_RATE, VOICES
 
@@ -24,10 +24,10 @@ class EvalResult:
     capped_words: int
 
 
-def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig) -> EvalResult:
+def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, prompt: VoicePrompt | None = None) -> EvalResult:
     """Words pushed one at a time with decoding in between, as a live LLM stream would drive it."""
     start = time.perf_counter()
-    synth = UtteranceSynthesizer(bundle, config)
+    synth = UtteranceSynthesizer(bundle, config, prompt)
     decoder = bundle.codec.streaming_decoder()
     parts, chunks = [], []
     for word in normalize_text(text):
@@ -47,6 +47,7 @@ def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig) 
 def evaluate(
     bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
     speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
+    prompt: VoicePrompt | None = None,
 ) -> dict:
     if not sentences:
         raise ValueError("no sentences to evaluate")
@@ -57,7 +58,7 @@ def evaluate(
     hyps, ref_hyps, sims, moses, ratios = [], [], [], [], []
     synth_seconds = audio_seconds = 0.0
     for i, text in enumerate(sentences):
-        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i))
+        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i), prompt)
         ref_audio = reference.synthesize(text).audio
         hyps.append(transcribe(result.audio, SAMPLE_RATE) if len(result.audio) else "")
         ref_hyps.append(transcribe(ref_audio, SAMPLE_RATE))
@@ -101,3 +102,13 @@ def heldout_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30)
     if not shipped:
         raise FileNotFoundError(f"no test split: neither {corpus}/test.jsonl nor shipped test tokens")
     return sorted({u.text for u in shipped if u.speaker == speaker} or {u.text for u in shipped})[:limit]
+
+
+ZERO_SHOT_VOICE = "flite_rms"  # held out of training entirely (DESIGN: zero-shot evaluation)
+ZERO_SHOT_PROMPT_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
+
+
+def zero_shot_prompt(bundle: TTSBundle, voice: str = ZERO_SHOT_VOICE) -> tuple[VoicePrompt, np.ndarray]:
+    """A clip of a held-out speaker (synthesised offline by its voice) as the prompt, and the clip itself."""
+    clip = VOICES[voice].synthesize(ZERO_SHOT_PROMPT_TEXT).audio
+    return VoicePrompt.from_audio(bundle, ZERO_SHOT_PROMPT_TEXT, clip), clip

@@ -27,7 +27,7 @@ from typing import AsyncIterator
 import numpy as np
 import torch
 
-from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer
+from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, VoicePrompt
 
 MODES = ("s5", "t5", "sentence")
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
@@ -74,7 +74,8 @@ class UtteranceTimes:
 
 
 class StreamingSynthesizer:
-    def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int = 30):
+    def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int = 30,
+                 prompt: VoicePrompt | None = None):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         k = bundle.model.config.lookahead_words
@@ -84,6 +85,7 @@ class StreamingSynthesizer:
         self.mode = mode
         self.config = config or SynthesisConfig()
         self.emit_every = emit_every
+        self.prompt = prompt  # reference audio of the target voice, prefixed to every segment
         self.k = k
         self.sample_rate = bundle.codec.sample_rate
         self.times = UtteranceTimes()
@@ -172,7 +174,7 @@ class StreamingSynthesizer:
         config = self.config
         if self._seed is not None:  # a different but reproducible seed per sentence
             config = SynthesisConfig(**{**vars(self.config), "seed": self._seed + len(self._segments) + self.times.words})
-        segment = UtteranceSynthesizer(self.bundle, config)
+        segment = UtteranceSynthesizer(self.bundle, config, self.prompt)
         for word in words:
             segment.push_word(word)
         if self.mode != "s5":
@@ -257,11 +259,11 @@ class StreamingSynthesizer:
 
 async def synthesize_words(
     bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
-    config: SynthesisConfig | None = None, emit_every: int = 30,
+    config: SynthesisConfig | None = None, emit_every: int = 30, prompt: VoicePrompt | None = None,
 ) -> tuple[list[AudioChunk], UtteranceTimes]:
     """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of `s5 say`,
     the benchmark and the tests."""
-    synth = StreamingSynthesizer(bundle, mode, config, emit_every)
+    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt)
 
     async def feed() -> None:
         start = time.perf_counter()

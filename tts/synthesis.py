@@ -39,6 +39,31 @@ class WordChunk:
     capped: bool = False  # ended by the frame cap instead of the attention moving on
 
 
+@dataclass
+class VoicePrompt:
+    """Reference audio of the target voice: its transcript's phoneme ids per word, its codec frames, and the word
+    of every frame (from the auxiliary attention's monotonic alignment)."""
+    words: list[list[int]]
+    codes: torch.Tensor  # (K, S)
+    frame_words: torch.Tensor  # (S,) 1-based
+
+    @classmethod
+    def from_codes(cls, bundle: "TTSBundle", text: str, codes: torch.Tensor) -> "VoicePrompt":
+        from .train import Example, collate
+
+        _, words = bundle.g2p.encode_text(text)
+        if not words or codes.shape[1] == 0:
+            raise ValueError("a voice prompt needs a transcript with words and some audio")
+        batch = collate([Example(words, codes.numpy(), None)])
+        with torch.no_grad():
+            _, _, frame_words = bundle.model.align(batch)
+        return cls(words, codes.long(), frame_words[0].clamp(1, len(words)))
+
+    @classmethod
+    def from_audio(cls, bundle: "TTSBundle", text: str, audio) -> "VoicePrompt":
+        return cls.from_codes(bundle, text, bundle.codec.encode(audio))
+
+
 class TTSBundle:
     """Everything one voice needs, loaded once per process: model, symbols, G2P, codec."""
 
@@ -59,7 +84,7 @@ class TTSBundle:
 
 
 class UtteranceSynthesizer:
-    def __init__(self, bundle: TTSBundle, config: SynthesisConfig | None = None):
+    def __init__(self, bundle: TTSBundle, config: SynthesisConfig | None = None, prompt: VoicePrompt | None = None):
         self.bundle = bundle
         self.config = config or SynthesisConfig()
         self.model = bundle.model
@@ -78,6 +103,12 @@ class UtteranceSynthesizer:
         self.max_frames_per_word = cap
         self.token_words: list[int] = []  # word of every encoder token, for reading the attention
         self.word_caps: list[int] = []  # frame cap of every word (the smaller of the two guards)
+        # a voice prompt's words come first in the encoder and its frames prefix the decoder; our words are numbered
+        # after them (word n of this utterance is word n + offset for the model)
+        self.prompt = prompt
+        self.offset = len(prompt.words) if prompt else 0
+        for ids in prompt.words if prompt else []:
+            self.encoder.push_word(ids)
 
     # ---- input -------------------------------------------------------------------------------------------
     def push_word(self, word: str) -> bool:
@@ -126,11 +157,20 @@ class UtteranceSynthesizer:
                     break
         return chunks
 
+    def _prefill_prompt(self) -> None:
+        """Feed the prompt's frames through the decoder (one pass, KV cache kept) before our first frame."""
+        prompt, self.prompt = self.prompt, None
+        inputs = torch.cat([self.last_frame, prompt.codes[:, :-1]], dim=1)  # BOS, p_0 .. p_{S-2}
+        decode_step(self.decoder, inputs, prompt.frame_words)
+        self.last_frame = prompt.codes[:, -1:]
+
     def _advance_one_frame(self) -> WordChunk | None:
         c = self.model.config
         self.decoder.add_slots(self.encoder.read_slots())
+        if self.prompt is not None:
+            self._prefill_prompt()
         n, last_word = self.current, len(self.words)
-        out = decode_step(self.decoder, self.last_frame, torch.tensor([n]))
+        out = decode_step(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
         is_last = self.ended and n == last_word
         logits = mask_special_codes(out.logits[0], c.codebook_size, allow_eos=is_last and len(self.current_frames) >= self.config.min_frames_per_word)
         codes = sample_codes(logits, self.config.top_k, self.config.temperature, self.generator)  # (K,)
@@ -146,8 +186,8 @@ class UtteranceSynthesizer:
         frames = len(self.current_frames)
         if frames >= self.word_caps[n - 1]:
             return self._finish_word(capped=True, final=is_last)
-        if peak_word > n and frames >= self.config.min_frames_per_word:
-            return self._finish_word(capped=False, final=is_last and peak_word > last_word and frames > 1)
+        if peak_word > n + self.offset and frames >= self.config.min_frames_per_word:
+            return self._finish_word(capped=False, final=is_last and peak_word > last_word + self.offset and frames > 1)
         return None
 
     def _finish_word(self, capped: bool, final: bool) -> WordChunk:

@@ -161,3 +161,13 @@ def test_chat_with_ollama_down_says_so_in_one_line(models):
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "cannot reach Ollama" in result.stderr and "ollama serve" in result.stderr
+
+
+def test_say_with_a_voice_prompt(models, tmp_path):
+    out = tmp_path / "prompted.wav"
+    result = s5("say", "Nice to meet you.", "--model", str(models / "s5_default"), "--out", str(out), "--seed", "2",
+                "--prompt-wav", "tests/data/piper_fox.wav", "--prompt-text", "The quick brown fox jumps over the lazy dog.")
+    assert result.returncode == 0, result.stderr[-800:]
+    assert read_wav(out)[0].size > 0
+    missing = s5("say", "hi", "--model", str(models / "s5_default"), "--out", str(out), "--prompt-wav", "tests/data/piper_fox.wav")
+    assert missing.returncode == 2 and "needs --prompt-text" in missing.stderr

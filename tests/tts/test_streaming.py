@@ -139,3 +139,28 @@ def test_playback_simulation_counts_underruns_and_finds_the_first_audible_window
     assert buffered.underruns == 1 and buffered.underrun_ms == pytest.approx(20) and buffered.first_audible_ns == int(180e6)
     assert first_audible_sample(np.r_[np.zeros(25), np.full(10, 0.02)], 1000) == 20  # -34 dBFS window 20..29
     assert first_audible_sample(np.full(50, 0.005), 1000) is None  # -46 dBFS
+
+
+def test_a_voice_prompt_prefixes_the_decoder_and_only_our_words_are_spoken(tiny_bundle):
+    from tts.synthesis import UtteranceSynthesizer, VoicePrompt
+
+    bundle = tiny_bundle(2)
+    prompt_codes = torch.randint(0, 1000, (8, 17))
+    prompt = VoicePrompt.from_codes(bundle, "This is my voice.", prompt_codes)
+    assert len(prompt.words) == 4 and prompt.frame_words.shape == (17,)
+    assert int(prompt.frame_words[0]) == 1 and int(prompt.frame_words[-1]) <= 4
+    assert bool((prompt.frame_words.diff() >= 0).all())
+    synth = UtteranceSynthesizer(bundle, synth_config(), prompt)
+    for word in ["Hello", "there", "friend."]:
+        synth.push_word(word)
+    synth.end()
+    chunks = synth.step()
+    assert [c.word_index for c in chunks] == [1, 2, 3]
+    # prefill: BOS + 16 prompt frames; then one step per frame of ours (and one more if EOS ended it)
+    assert 17 + len(synth.frames) <= synth.decoder.position <= 18 + len(synth.frames)
+    # streaming with the prompt equals offline with the prompt
+    offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=synth_config(), prompt=prompt))
+    streamed, _ = run(synthesize_words(bundle, WORDS, "s5", 50.0, config=synth_config(), prompt=prompt))
+    assert torch.equal(join_codes(offline), join_codes(streamed))
+    plain, _ = run(synthesize_words(bundle, WORDS, "s5", config=synth_config()))
+    assert join_codes(plain).shape != join_codes(streamed).shape or not torch.equal(join_codes(plain), join_codes(streamed))
