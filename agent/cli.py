@@ -39,7 +39,7 @@ def _agent_config(settings: dict, mode: str, records_path: Path | None):
     tts = settings.get("tts") or {}
     return AgentConfig(
         tts_mode=mode, system_prompt=settings.get("system_prompt") or AgentConfig.system_prompt,
-        history_turns=int(settings.get("history_turns", 8)), emit_every=int(tts.get("emit_every", 30)),
+        history_turns=int(settings.get("history_turns", 8)), emit_every=tts.get("emit_every"),
         synthesis=SynthesisConfig(top_k=int(tts.get("top_k", 80)), temperature=float(tts.get("temperature", 0.85))),
         records_path=records_path,
     )
@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     tts_bench.add_argument("--words-per-second", type=float, default=3.0)
     tts_bench.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: configs/bench_sentences.txt)")
     tts_bench.add_argument("--limit", type=int, default=None)
-    tts_bench.add_argument("--emit-every", type=int, default=30, help="t5/sentence: decoder steps per chunk")
+    tts_bench.add_argument("--emit-every", type=int, default=None, help="t5/sentence: decoder steps per chunk (default: 0.35 s of frames, the paper's 30 steps at 86 frames/s)")
     tts_bench.add_argument("--s5-model", type=Path, default=None)
     tts_bench.add_argument("--t5-model", type=Path, default=None)
     tts_bench.add_argument("--no-quality", action="store_true", help="skip the streaming-vs-offline S5 comparison")

@@ -35,7 +35,7 @@ class AgentConfig:
     tts_mode: str = "s5"
     system_prompt: str = SYSTEM_PROMPT
     history_turns: int = 8  # user/assistant pairs kept in the prompt
-    emit_every: int = 30  # t5 / sentence: decoder steps per chunk
+    emit_every: int | None = None  # t5 / sentence: decoder steps per chunk (None: the paper's 0.35 s)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     records_path: Path | None = None  # JSONL, one line per turn
 

@@ -106,14 +106,14 @@ def summarize(records: list[RunRecord]) -> dict:
     }
 
 
-async def run_one(bundle: TTSBundle, mode: str, text: str, words_per_second: float, seed: int, emit_every: int) -> RunRecord:
+async def run_one(bundle: TTSBundle, mode: str, text: str, words_per_second: float, seed: int, emit_every: int | None) -> RunRecord:
     words = normalize_text(text)
     chunks, times = await synthesize_words(bundle, words, mode, words_per_second, SynthesisConfig(seed=seed), emit_every)
     return RunRecord(mode, text, times, simulate_playback(chunks), join_chunks(chunks), join_codes(chunks))
 
 
 async def bench_tts(
-    s5: TTSBundle, t5: TTSBundle, sentences: list[str], words_per_second: float = 3.0, emit_every: int = 30,
+    s5: TTSBundle, t5: TTSBundle, sentences: list[str], words_per_second: float = 3.0, emit_every: int | None = None,
     modes: tuple[str, ...] = MODES, quality: bool = True, progress=None,
 ) -> dict:
     """Every sentence in every mode, interleaved (s5, t5, sentence, s5, ...) so that machine noise hits all modes
@@ -129,7 +129,10 @@ async def bench_tts(
             offline.append(await run_one(s5, "t5", text, 0.0, seed=i, emit_every=emit_every))
         if progress:
             progress.advance(task)
-    result: dict = {"words_per_second": words_per_second, "emit_every": emit_every, "sentences": len(sentences)}
+    from .streaming import default_emit_every
+
+    result: dict = {"words_per_second": words_per_second, "sentences": len(sentences),
+                    "emit_every": emit_every or default_emit_every(t5.codec.frame_rate)}
     for mode in modes:
         result[mode] = summarize(records[mode])
     if "s5" in modes and "t5" in modes:

@@ -6,7 +6,9 @@ steps), so the event loop stays free and cancellation takes effect within one un
 
 Modes (DESIGN.md section 4):
 - `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes.
-- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps (the paper's setting).
+- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps. The paper emits every 30
+  steps at 86 frames/s (S5's average frames per word there); by default we emit its time equivalent, 0.35 s of
+  frames (8 at 21.5 frames/s), so the comparison stays fair at our frame rate.
 - `sentence`: the full-context model per sentence, as most voice pipelines run TTS: a sentence starts once its
   last word has arrived; emission as in `t5`.
 The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
@@ -32,6 +34,14 @@ from .synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, VoicePr
 MODES = ("s5", "t5", "sentence")
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 MODELS_DIR = Path(__file__).resolve().parent / "assets" / "models"
+
+
+PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
+
+
+def default_emit_every(frame_rate: float) -> int:
+    """Decoder steps per T5 chunk: the paper's 30 steps at 86 frames/s, as time (8 steps at 21.5 frames/s)."""
+    return max(1, round(PAPER_EMIT_SECONDS * frame_rate))
 
 
 def default_model_dir(mode: str) -> Path:
@@ -74,7 +84,7 @@ class UtteranceTimes:
 
 
 class StreamingSynthesizer:
-    def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int = 30,
+    def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
                  prompt: VoicePrompt | None = None):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
@@ -84,7 +94,7 @@ class StreamingSynthesizer:
         self.bundle = bundle
         self.mode = mode
         self.config = config or SynthesisConfig()
-        self.emit_every = emit_every
+        self.emit_every = emit_every or default_emit_every(bundle.codec.frame_rate)
         self.prompt = prompt  # reference audio of the target voice, prefixed to every segment
         self.k = k
         self.sample_rate = bundle.codec.sample_rate
@@ -259,7 +269,7 @@ class StreamingSynthesizer:
 
 async def synthesize_words(
     bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
-    config: SynthesisConfig | None = None, emit_every: int = 30, prompt: VoicePrompt | None = None,
+    config: SynthesisConfig | None = None, emit_every: int | None = None, prompt: VoicePrompt | None = None,
 ) -> tuple[list[AudioChunk], UtteranceTimes]:
     """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of `s5 say`,
     the benchmark and the tests."""

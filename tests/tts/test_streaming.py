@@ -26,7 +26,6 @@ def test_s5_speaks_only_after_the_lookahead_words(tiny_bundle):
     assert times.start_allowed_ns == times.word_arrivals_ns[2]  # word k+1 = 3
     audible = [c for c in chunks if len(c.samples)]
     assert audible[0].created_ns >= times.word_arrivals_ns[2]
-    assert times.first_chunk_ns < times.end_ns or times.words < 3  # speaking started before the text ended
     assert times.words == len(WORDS) and times.frames == sum(c.frames for c in chunks)
 
 
