@@ -112,7 +112,7 @@ class StreamingSynthesizer:
         self._codec_stream = bundle.codec.streaming_decoder()
         self._seed = self.config.seed
         self._closed = False
-        self.busy = False  # a worker unit is running
+        self._unit: asyncio.Future | None = None  # the worker unit in flight
 
     # ---- input (event loop thread) ----------------------------------------------------------------------
     def push_word(self, word: str) -> None:
@@ -142,8 +142,11 @@ class StreamingSynthesizer:
         """Cancel: stop decoding, drop every model state and queued word (a running unit finishes first)."""
         self._closed = True
         self._wake.set()
-        while self.busy:
-            await asyncio.sleep(0.002)
+        if self._unit is not None and not self._unit.done():
+            try:
+                await self._unit
+            except Exception:  # the unit's own failure changes nothing now
+                pass
         self._release()
 
     def _release(self) -> None:
@@ -151,6 +154,10 @@ class StreamingSynthesizer:
         self._pending.clear()
         self._held_words.clear()
         self._codec_stream = None
+
+    @property
+    def busy(self) -> bool:
+        return self._unit is not None and not self._unit.done()
 
     @property
     def released(self) -> bool:
@@ -161,11 +168,9 @@ class StreamingSynthesizer:
         try:
             while not self._closed:
                 self._wake.clear()
-                self.busy = True
-                try:
-                    chunk, state = await asyncio.to_thread(self._work)
-                finally:
-                    self.busy = False
+                # shielded: a cancelled consumer leaves the unit to finish in its thread; aclose() waits for it
+                self._unit = asyncio.ensure_future(asyncio.to_thread(self._work))
+                chunk, state = await asyncio.shield(self._unit)
                 if chunk is not None and len(chunk.samples):
                     self.times.last_chunk_ns = chunk.created_ns
                     if self.times.first_chunk_ns is None:
@@ -176,7 +181,7 @@ class StreamingSynthesizer:
                 if state == "idle":
                     await self._wake.wait()
         finally:
-            if self._closed or self._input_done:
+            if (self._closed or self._input_done) and not self.busy:  # else aclose() releases after the unit
                 self._release()
 
     # ---- worker thread ------------------------------------------------------------------------------------
