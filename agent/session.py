@@ -37,16 +37,18 @@ async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print) ->
     if kind in ("auto", "ollama"):
         from llm.ollama_backend import OllamaLLM
 
-        ollama = OllamaLLM(ollama_model, ollama_host)
-        if kind == "ollama":
+        try:
+            ollama = OllamaLLM(ollama_model, ollama_host)
+        except LLMError:
+            if kind == "ollama":
+                raise
+            ollama = None
+        if kind == "ollama" or (ollama is not None and await ollama.available()):
             await ollama.warm_up()
             say(f"LLM: Ollama {ollama_model} at {ollama_host}")
             return ollama
-        if await ollama.available():
-            await ollama.warm_up()
-            say(f"LLM: Ollama {ollama_model} at {ollama_host}")
-            return ollama
-        await ollama.close()
+        if ollama is not None:
+            await ollama.close()
         say(f"LLM: Ollama with {ollama_model} is not reachable at {ollama_host}; using the embedded Gemma 3 270M")
     elif kind != "embedded":
         raise LLMError(f"unknown LLM {kind!r} (choose auto, ollama or embedded)")
