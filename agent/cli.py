@@ -66,7 +66,7 @@ def _chat(args: argparse.Namespace) -> int:
         out_dir = Path("s5_chat_out")
         out_dir.mkdir(exist_ok=True)
         err.print(f"[yellow]turns are written to {out_dir}/turn_NNN.wav[/]")
-    config = _agent_config(settings, mode, (out_dir / "latency.jsonl") if out_dir else None)
+    config = _agent_config(settings, mode, (out_dir or Path("s5_chat_out")) / "latency.jsonl")  # one record per turn
     console = Console()
 
     async def run() -> int:
