@@ -28,6 +28,7 @@ class SynthesisConfig:
     max_frames_per_word: int = 0  # 0: about 2.5 s of frames at the codec's rate
     max_seconds_per_phoneme: float = 0.25  # runaway guard scaled to the word: cap = 0.2 s + this x its phonemes
     min_frames_per_word: int = 1
+    min_seconds_per_phoneme: float = 0.04  # a word may not end (attention moving on, or EOS) sooner than this
     seed: int | None = None
 
 
@@ -103,6 +104,7 @@ class UtteranceSynthesizer:
         self.max_frames_per_word = cap
         self.token_words: list[int] = []  # word of every encoder token, for reading the attention
         self.word_caps: list[int] = []  # frame cap of every word (the smaller of the two guards)
+        self.word_minimums: list[int] = []  # frames every word gets at least
         # a voice prompt's words come first in the encoder and its frames prefix the decoder; our words are numbered
         # after them (word n of this utterance is word n + offset for the model)
         self.prompt = prompt
@@ -125,6 +127,8 @@ class UtteranceSynthesizer:
         phonemes = sum(self.bundle.symbols.symbols[i] not in SPOKEN_PUNCTUATION for i in ids)
         by_length = round((0.2 + self.config.max_seconds_per_phoneme * phonemes) * rate) if self.config.max_seconds_per_phoneme else self.max_frames_per_word
         self.word_caps.append(max(1, min(self.max_frames_per_word, by_length)))
+        minimum = max(self.config.min_frames_per_word, round(self.config.min_seconds_per_phoneme * phonemes * rate))
+        self.word_minimums.append(min(minimum, self.word_caps[-1]))
         return True
 
     def end(self) -> None:
@@ -172,7 +176,8 @@ class UtteranceSynthesizer:
         n, last_word = self.current, len(self.words)
         out = decode_step(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
         is_last = self.ended and n == last_word
-        logits = mask_special_codes(out.logits[0], c.codebook_size, allow_eos=is_last and len(self.current_frames) >= self.config.min_frames_per_word)
+        long_enough = len(self.current_frames) >= self.word_minimums[n - 1]
+        logits = mask_special_codes(out.logits[0], c.codebook_size, allow_eos=is_last and long_enough)
         codes = sample_codes(logits, self.config.top_k, self.config.temperature, self.generator)  # (K,)
         if is_last and int(codes[0]) == c.eos_id:
             return self._finish_word(capped=False, final=True)
@@ -186,7 +191,7 @@ class UtteranceSynthesizer:
         frames = len(self.current_frames)
         if frames >= self.word_caps[n - 1]:
             return self._finish_word(capped=True, final=is_last)
-        if peak_word > n + self.offset and frames >= self.config.min_frames_per_word:
+        if peak_word > n + self.offset and frames >= self.word_minimums[n - 1]:
             return self._finish_word(capped=False, final=is_last and peak_word > last_word + self.offset and frames > 1)
         return None
 
