@@ -40,7 +40,7 @@ def _agent_config(settings: dict, mode: str, records_path: Path | None):
     return AgentConfig(
         tts_mode=mode, system_prompt=settings.get("system_prompt") or AgentConfig.system_prompt,
         history_turns=int(settings.get("history_turns", 8)), emit_every=tts.get("emit_every"),
-        synthesis=SynthesisConfig(top_k=int(tts.get("top_k", 80)), temperature=float(tts.get("temperature", 0.85))),
+        synthesis=SynthesisConfig(top_k=int(tts.get("top_k", 80)), temperature=float(tts.get("temperature", 0.5))),
         records_path=records_path,
     )
 
