@@ -6,6 +6,7 @@ forward with alignment and losses. Streaming inference lives in incremental.py a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -76,13 +77,18 @@ def teacher_forcing(codes: torch.Tensor, code_lens: torch.Tensor, bos: int, eos:
 
 def digit_matrix(levels: list[int]) -> torch.Tensor:
     """(sum(levels), prod(levels)) 0/1: column c has a one at each of code c's digits (offset per digit)."""
-    codes = torch.arange(int(torch.tensor(levels).prod()))
-    basis = torch.cumprod(torch.tensor([1] + levels[:-1]), 0)
-    offsets = torch.cumsum(torch.tensor([0] + levels[:-1]), 0)
-    rows = (codes[:, None] // basis) % torch.tensor(levels) + offsets  # (V, D)
-    matrix = torch.zeros(sum(levels), len(codes))
-    matrix[rows, codes[:, None].expand_as(rows)] = 1.0
-    return matrix
+    size, rows = math.prod(levels), []
+    for code in range(size):
+        digits, offset, rest = [], 0, code
+        for level in levels:
+            digits.append(offset + rest % level)
+            rest, offset = rest // level, offset + level
+        rows.append(digits)
+    matrix = [[0.0] * size for _ in range(sum(levels))]
+    for code, digits in enumerate(rows):
+        for d in digits:
+            matrix[d][code] = 1.0
+    return torch.tensor(matrix)
 
 
 class CodeEmbedding(nn.Module):
