@@ -111,11 +111,6 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
             agent.interrupt()  # barge-in: a newly typed line interrupts (piped lines wait their turn)
         record = await turn
         speaking = False
-        if reader in done:
-            next_line = reader.result()
-        else:
-            reader.cancel()
-            next_line = await lines.get()
         console.print()
         if record.error:
             console.print(f"[yellow]{record.error}[/]")
@@ -123,6 +118,7 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
         console.print(record.timeline())
         if out_dir is not None and isinstance(sink, WavSink):
             sink.save(out_dir / f"turn_{record.turn:03d}.wav")
+        next_line = await reader  # the line that interrupted, or the next one typed
     return 0
 
 
