@@ -49,6 +49,7 @@ class TrainConfig:
     max_minutes: float = 0.0  # 0: no time limit
     seed: int = 0
     threads: int = 0  # torch CPU threads (0: torch's default)
+    init_from: str = ""  # exported weights to start a new run from (fresh optimizer; the step count carries on)
 
 
 def load_train_config(path: str | Path) -> tuple[ModelConfig, TrainConfig]:
@@ -202,6 +203,11 @@ class Trainer:
 
     def _resume(self) -> None:
         path = self.out / "checkpoint.pt"
+        if not path.exists() and self.config.init_from:  # continue a released model in a new session
+            model, _, meta = load_exported(Path(self.config.init_from))
+            self.model.load_state_dict(model.state_dict())
+            self.step = int(meta.get("step", 0))
+            return
         if path.exists():
             state = torch.load(path, map_location=self.device, weights_only=False)
             self.model.load_state_dict(state["model"])

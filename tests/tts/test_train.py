@@ -80,6 +80,12 @@ def test_train_resume_and_export(tmp_path):
     model, symbols, meta = load_exported(tmp_path / "run" / "export")
     assert meta["step"] == 6 and symbols.symbols[:3] == ["<pad>", "<bos>", "<eos>"]
     assert model.config.lookahead_words == 2
+    # a new session starts a fresh run from the released weights: same weights, the step count carries on
+    fresh = Trainer(tiny_config(2), TrainConfig(data=config.data, out=str(tmp_path / "next"), max_steps=10,
+                                                init_from=str(tmp_path / "run" / "export")))
+    assert fresh.step == 6
+    for name, value in model.state_dict().items():
+        assert torch.allclose(fresh.model.state_dict()[name].float(), value.float())
 
 
 @pytest.mark.slow
