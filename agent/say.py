@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 
 from audio_io.sinks import ClockSink, DeviceSink, PlaybackStats
-from tts.streaming import StreamingSynthesizer, UtteranceTimes
+from tts.streaming import StreamingSynthesizer, UtteranceTimes, feed_words
 from tts.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 
 
@@ -32,17 +31,8 @@ async def say(bundle: TTSBundle, words: list[str], sink: ClockSink | DeviceSink,
               words_per_second: float = 0.0, config: SynthesisConfig | None = None,
               prompt: VoicePrompt | None = None) -> SayResult:
     synth = StreamingSynthesizer(bundle, mode, config, prompt=prompt)
-
-    async def feed() -> None:
-        start = time.perf_counter()
-        for i, word in enumerate(words):
-            if words_per_second > 0:
-                await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
-            synth.push_word(word)
-        synth.end()
-
     sink.begin_turn()
-    feeder = asyncio.create_task(feed())
+    feeder = asyncio.create_task(feed_words(synth, words, words_per_second))
     samples = 0
     try:
         async for chunk in synth.chunks():

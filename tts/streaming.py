@@ -272,23 +272,24 @@ class StreamingSynthesizer:
         return AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0, final=True)
 
 
+async def feed_words(synth: StreamingSynthesizer, words: list[str], words_per_second: float = 0.0) -> None:
+    """Push words at a steady rate (0: all at once), then end the text: an LLM stream stand-in."""
+    start = time.perf_counter()
+    for i, word in enumerate(words):
+        if words_per_second > 0:
+            await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
+        synth.push_word(word)
+    synth.end()
+
+
 async def synthesize_words(
     bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
     config: SynthesisConfig | None = None, emit_every: int | None = None, prompt: VoicePrompt | None = None,
 ) -> tuple[list[AudioChunk], UtteranceTimes]:
-    """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of `s5 say`,
-    the benchmark and the tests."""
+    """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of the
+    benchmark and the tests."""
     synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt)
-
-    async def feed() -> None:
-        start = time.perf_counter()
-        for i, word in enumerate(words):
-            if words_per_second > 0:
-                await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
-            synth.push_word(word)
-        synth.end()
-
-    feeder = asyncio.create_task(feed())
+    feeder = asyncio.create_task(feed_words(synth, words, words_per_second))
     try:
         chunks = [chunk async for chunk in synth.chunks()]
     finally:
