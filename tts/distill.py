@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .codes import TokenizedUtterance, load_tokenized
+from .losses import masked_mean
 from .model import S5TTS, teacher_forcing
 from .synthesis import SynthesisConfig, TTSBundle, synthesize_text
 from .train import BucketSampler, TrainConfig, Trainer, collate, learning_rate, load_exported, prior_strength
@@ -57,12 +57,6 @@ class DistillConfig:
 
 
 # ---- losses -----------------------------------------------------------------------------------------------------
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """values (B, S, ...) averaged over positions where mask (B, S) is set (and every trailing element)."""
-    weight = mask.float().view(*mask.shape, *([1] * (values.dim() - 2)))
-    return (values * weight).sum() / (weight.sum() * values[0, 0].numel()).clamp(min=1)
-
-
 def kl_teacher_student(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """KL(teacher || student) per codebook, averaged over codebooks and masked positions. logits: (B, S, K, V)"""
     teacher_logp = teacher_logits.float().log_softmax(-1)

@@ -31,11 +31,16 @@ class TrainingLosses:
         return {name: float(value.detach()) for name, value in vars(self).items()}
 
 
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """values (B, S, ...) averaged over positions where mask (B, S) is set (and every trailing element)."""
+    weight = mask.float().view(*mask.shape, *([1] * (values.dim() - 2)))
+    return (values * weight).sum() / (weight.sum() * values[0, 0].numel()).clamp(min=1)
+
+
 def codebook_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean CE over codebooks and masked positions. logits: (B, S, K, V); targets: (B, K, S); mask: (B, S)"""
     per_token = F.cross_entropy(logits.permute(0, 3, 1, 2), targets.transpose(1, 2), reduction="none")  # (B, S, K)
-    weight = mask.unsqueeze(-1).float()
-    return (per_token * weight).sum() / (weight.sum() * logits.shape[2]).clamp(min=1)
+    return masked_mean(per_token, mask)
 
 
 def slot_scores_to_tokens(slot_scores: torch.Tensor, memory: "Memory", num_tokens: int) -> torch.Tensor:
