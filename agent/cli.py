@@ -41,7 +41,7 @@ def _agent_config(settings: dict, mode: str, records_path: Path | None):
         tts_mode=mode, system_prompt=settings.get("system_prompt") or AgentConfig.system_prompt,
         history_turns=int(settings.get("history_turns", 8)), emit_every=tts.get("emit_every"),
         synthesis=SynthesisConfig(top_k=int(tts.get("top_k", 80)), temperature=float(tts.get("temperature", 0.5))),
-        records_path=records_path,
+        max_stretch=float(tts.get("max_stretch") or AgentConfig.max_stretch), records_path=records_path,
     )
 
 
@@ -265,6 +265,15 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for slower text (default 1.3; 1: off)"
+
+
+def _max_stretch(args: argparse.Namespace) -> float:
+    from tts.streaming import DEFAULT_MAX_STRETCH
+
+    return DEFAULT_MAX_STRETCH if args.max_stretch is None else args.max_stretch
+
+
 def _say(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -292,7 +301,8 @@ def _say(args: argparse.Namespace) -> int:
     else:
         sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=lambda m: err.print(f"[yellow]{m}[/]"))
     try:
-        result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed), prompt))
+        result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed), prompt,
+                                 _max_stretch(args)))
     finally:
         sink.close()
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
@@ -313,7 +323,8 @@ def _bench_tts(args: argparse.Namespace) -> int:
     if not sentences:
         raise ValueError("no sentences to benchmark")
     with _progress() as progress:
-        result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality, progress=progress))
+        result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality,
+                                       progress=progress, max_stretch=_max_stretch(args)))
     _print_result(result, args.json, "streaming TTS benchmark")
     return 0
 
@@ -328,7 +339,7 @@ def _distill(args: argparse.Namespace) -> int:
             setattr(config, name, str(getattr(args, name)))
     if args.speakers:
         config.speakers = args.speakers.split(",")
-    path = args.sentences or Path(__file__).resolve().parents[1] / "configs" / "conversational_sentences.txt"
+    path = args.sentences or Path(__file__).resolve().parents[1] / "configs" / "distill_sentences.txt"
     sentences = [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.startswith("#")]
     if not sentences:
         raise ValueError(f"no sentences in {path}")
@@ -410,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     dist.add_argument("--teacher", type=Path, default=None, help="exported T5 model (default: the shipped one)")
     dist.add_argument("--student", type=Path, default=None, help="exported S5 model to start from (default: the shipped one)")
     dist.add_argument("--data", type=Path, default=None, help="tokenised corpus (D_audio)")
-    dist.add_argument("--sentences", type=Path, default=None, help="D_text, one sentence per line (default: configs/conversational_sentences.txt)")
+    dist.add_argument("--sentences", type=Path, default=None, help="D_text, one sentence per line (default: configs/distill_sentences.txt)")
     dist.add_argument("--text-limit", type=int, default=200)
     dist.add_argument("--no-asr-filter", action="store_true", help="keep every teacher sample (default: zero-WER ones only)")
     dist.add_argument("--out", type=Path, default=Path("runs/s5_distilled"))
@@ -464,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--prompt-wav", type=Path, default=None, help="reference clip of the voice to speak in (zero-shot)")
     say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
+    say.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
     say.set_defaults(func=_say)
 
     bench = commands.add_parser("bench", help="benchmarks")
@@ -488,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     tts_bench.add_argument("--s5-model", type=Path, default=None)
     tts_bench.add_argument("--t5-model", type=Path, default=None)
     tts_bench.add_argument("--no-quality", action="store_true", help="skip the streaming-vs-offline S5 comparison")
+    tts_bench.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
     tts_bench.set_defaults(func=_bench_tts)
     e2e = bench_kinds.add_parser("e2e", help="S5 vs T5 vs sentence mode on one replayed LLM stream (the paper's Table 4)")
     e2e.add_argument("--json", action="store_true")

@@ -18,7 +18,7 @@ from typing import Callable
 
 from audio_io.sinks import ClockSink, DeviceSink
 from llm.base import LLMBackend, LLMError
-from tts.streaming import StreamingSynthesizer
+from tts.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
 from tts.synthesis import SynthesisConfig, TTSBundle
 from tts.text import TextNormalizer
 
@@ -37,6 +37,7 @@ class AgentConfig:
     history_turns: int = 8  # user/assistant pairs kept in the prompt
     emit_every: int | None = None  # t5 / sentence: decoder steps per chunk (None: the paper's 0.35 s)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
+    max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing when the LLM writes slower than the voice speaks (1: off)
     records_path: Path | None = None  # JSONL, one line per turn
 
 
@@ -65,7 +66,8 @@ class Agent:
         self.turns += 1
         self._interrupted.clear()
         record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
-        synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every)
+        synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every,
+                                     max_stretch=self.config.max_stretch)
         pieces: asyncio.Queue = asyncio.Queue()
         reply: list[str] = []
         self.sink.begin_turn()
@@ -148,7 +150,7 @@ class Agent:
 
     async def _audio_stage(self, synth: StreamingSynthesizer, record: TurnRecord) -> None:
         async for chunk in synth.chunks():
-            self.sink.write(chunk.samples)
+            self.sink.write(chunk.samples, chunk.play_after_ns)
             if record.first_audio_chunk is None:
                 record.first_audio_chunk = chunk.created_ns
             record.last_audio = chunk.created_ns
@@ -162,6 +164,7 @@ class Agent:
         record.first_codec_frame = times.first_codec_frame_ns
         record.first_audible_sample = stats.first_audible_ns
         record.underruns, record.underrun_ms = stats.underruns, round(stats.underrun_ms, 1)
+        record.paced_ms = round(times.paced_s * 1000, 1)
         record.frames = times.frames
         record.frames_per_word = round(times.frames / times.words, 2) if times.words else None
         record.rtf = round(times.compute_ns / 1e9 / record.audio_s, 3) if record.audio_s else None

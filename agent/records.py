@@ -31,6 +31,7 @@ class TurnRecord:
     last_audio: int | None = None
     underruns: int = 0
     underrun_ms: float = 0.0
+    paced_ms: float = 0.0  # audio added by slowing down while the LLM was behind the voice
     rtf: float | None = None
     frames: int = 0
     frames_per_word: float | None = None
@@ -67,6 +68,8 @@ class TurnRecord:
                  f"first token {ms(self.ms_after_request('first_token'))}", f"{self.spoken_words} words",
                  f"{self.audio_s:.1f} s audio", f"rtf {self.rtf:.2f}" if self.rtf is not None else "rtf -",
                  f"underruns {self.underruns}"]
+        if self.paced_ms:
+            parts.append(f"paced +{self.paced_ms:.0f} ms")
         if self.cancelled:
             parts.append("interrupted")
         if self.error:

@@ -5,7 +5,7 @@ import asyncio
 from dataclasses import dataclass
 
 from audio_io.sinks import ClockSink, DeviceSink, PlaybackStats
-from tts.streaming import StreamingSynthesizer, UtteranceTimes, feed_words
+from tts.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer, UtteranceTimes, feed_words
 from tts.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 
 
@@ -29,14 +29,14 @@ class SayResult:
 
 async def say(bundle: TTSBundle, words: list[str], sink: ClockSink | DeviceSink, mode: str = "s5",
               words_per_second: float = 0.0, config: SynthesisConfig | None = None,
-              prompt: VoicePrompt | None = None) -> SayResult:
-    synth = StreamingSynthesizer(bundle, mode, config, prompt=prompt)
+              prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH) -> SayResult:
+    synth = StreamingSynthesizer(bundle, mode, config, prompt=prompt, max_stretch=max_stretch)
     sink.begin_turn()
     feeder = asyncio.create_task(feed_words(synth, words, words_per_second))
     samples = 0
     try:
         async for chunk in synth.chunks():
-            sink.write(chunk.samples)
+            sink.write(chunk.samples, chunk.play_after_ns)
             samples += len(chunk.samples)
         sink.end_turn()
         await sink.drain()

@@ -52,26 +52,30 @@ class ClockSink:
         self._clock: int | None = None
         self._waiting: list[np.ndarray] = []  # audio held until the jitter buffer is full
         self._audible_found = False
+        self._play_after_ns = 0
 
     def begin_turn(self) -> None:
         self.stats = PlaybackStats()
         self._clock = None
         self._waiting = []
         self._audible_found = False
+        self._play_after_ns = 0
 
-    def write(self, samples: np.ndarray) -> None:
+    def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None:
+        """play_after_ns: do not start the turn before then (the engine's pacing prebuffer)."""
         if not len(samples):
             return
         samples = np.clip(samples, -1.0, 1.0).astype(np.float32)  # as a sound card would
         if self._clock is None:  # not playing yet: fill the jitter buffer first
+            self._play_after_ns = max(self._play_after_ns, play_after_ns or 0)
             self._waiting.append(samples)
             if sum(len(w) for w in self._waiting) >= self.start_samples:
-                self._start()
+                self._start(self._play_after_ns)
             return
         self._play(samples)
 
-    def _start(self) -> None:
-        self._clock = time.perf_counter_ns()
+    def _start(self, not_before_ns: int = 0) -> None:
+        self._clock = max(time.perf_counter_ns(), not_before_ns)  # a simulated clock may start in the future
         self.stats.first_played_ns = self._clock
         waiting, self._waiting = self._waiting, []
         for samples in waiting:
@@ -98,7 +102,7 @@ class ClockSink:
         pass
 
     def end_turn(self) -> None:
-        if self._clock is None and self._waiting:  # a reply shorter than the jitter buffer plays now
+        if self._clock is None and self._waiting:  # the whole reply is in (shorter than the buffers): play now
             self._start()
 
     async def drain(self) -> None:
@@ -177,6 +181,7 @@ class DeviceSink:
         self._started = False
         self._audible_found = False
         self._dry_since: int | None = None
+        self._play_after_ns = 0  # the engine's pacing prebuffer: the turn does not start before then
         self._idle = threading.Event()
         self._idle.set()
         try:
@@ -191,6 +196,8 @@ class DeviceSink:
         dac_delay_ns = max(0, round((time_info.outputBufferDacTime - time_info.currentTime) * 1e9))
         filled = 0
         with self._lock:
+            if not self._started and self._ready_to_start(now):
+                self._started = True
             while filled < frames and self._queue and self._started:
                 head = self._queue[0]
                 take = min(frames - filled, len(head) - self._offset)
@@ -230,18 +237,27 @@ class DeviceSink:
             self._started = False
             self._audible_found = False
             self._dry_since = None
+            self._play_after_ns = 0
 
-    def write(self, samples: np.ndarray) -> None:
+    def _ready_to_start(self, now: int) -> bool:
+        """The jitter buffer is full and the prebuffer time (if any) has passed. Called with the lock held."""
+        queued = sum(len(q) for q in self._queue) - self._offset
+        return queued >= self.start_samples and now >= self._play_after_ns
+
+    def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None:
+        """play_after_ns: do not start the turn before then (the engine's pacing prebuffer)."""
         if not len(samples):
             return
         with self._lock:
+            if not self._started:
+                self._play_after_ns = max(self._play_after_ns, play_after_ns or 0)
             if self._dry_since is not None:
                 self.stats.underrun_ms += (time.perf_counter_ns() - self._dry_since) / 1e6
                 self._dry_since = None
             self._queue.append(np.clip(samples, -1.0, 1.0).astype(np.float32))  # never wrap around on overflow
             self._idle.clear()
             queued = sum(len(q) for q in self._queue) - self._offset
-            self._started = self._started or queued >= self.start_samples  # the jitter buffer is full: play
+            self._started = self._started or self._ready_to_start(time.perf_counter_ns())  # buffer full: play
             self.stats.last_sample_ns = time.perf_counter_ns() + round(queued / self.sample_rate * 1e9)
 
     def end_turn(self) -> None:

@@ -305,7 +305,7 @@ class StreamingCodecDecoder:
     equal the offline ones). WORLD synthesis of a chunk re-runs a few earlier feature frames; the newest
     `crossfade_frames` of audio, synthesised without right context, are held back and crossfaded into their
     re-synthesis when the next chunk arrives (or emitted by `flush()`). Total length equals offline decoding:
-    T codec frames -> T * samples_per_frame samples."""
+    T codec frames -> T * samples_per_frame samples (unless a push asks for a stretch)."""
 
     def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2):
         self.codec = codec
@@ -315,11 +315,17 @@ class StreamingCodecDecoder:
         self.features = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # recent WORLD frames only
         self.done = 0  # frames of self.features whose audio was emitted or is held
 
-    def push(self, codes: torch.Tensor) -> np.ndarray:
-        """(K, n) new codes -> audio ready to play (possibly empty)."""
+    supports_stretch = True
+
+    def push(self, codes: torch.Tensor, stretch: float = 1.0) -> np.ndarray:
+        """(K, n) new codes -> audio ready to play (possibly empty). stretch > 1 renders them that much slower at
+        the same pitch (WORLD features interpolated in time): the streaming engine's pacing."""
         if codes.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
-        self.features = np.concatenate([self.features, self.codec.decode_features(codes, self.conv_state)])
+        new = self.codec.decode_features(codes, self.conv_state)
+        if stretch != 1.0:
+            new = world.time_stretch(new, stretch, self.features[-1] if len(self.features) else None)
+        self.features = np.concatenate([self.features, new])
         start = max(0, self.done - self.context_frames)
         out = self.joiner.join(world.synthesize(self.features[start:]), (self.done - start) * world.HOP)
         self.features = self.features[max(0, len(self.features) - self.context_frames) :]

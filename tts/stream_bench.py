@@ -12,7 +12,7 @@ import torch
 from audio_io.levels import first_audible_sample
 from audio_io.sinks import START_BUFFER_MS
 
-from .streaming import MODES, AudioChunk, UtteranceTimes, join_chunks, join_codes, synthesize_words
+from .streaming import DEFAULT_MAX_STRETCH, MODES, AudioChunk, UtteranceTimes, join_chunks, join_codes, synthesize_words
 from .synthesis import SynthesisConfig, TTSBundle
 from .text import normalize_text
 from .voices import SAMPLE_RATE
@@ -31,7 +31,8 @@ class Playback:
 
 
 def simulate_playback(chunks: list[AudioChunk], start_buffer_ms: float = START_BUFFER_MS) -> Playback:
-    """Like the players: playback starts once start_buffer_ms of audio is queued (or the last chunk is in)."""
+    """Like the players: playback starts once start_buffer_ms of audio is queued (or the last chunk is in), and
+    not before the first chunk's play_after_ns (pacing)."""
     audible = [c for c in chunks if len(c.samples)]
     if not audible:
         return Playback(None, 0, 0.0, 0.0)
@@ -42,6 +43,7 @@ def simulate_playback(chunks: list[AudioChunk], start_buffer_ms: float = START_B
         if queued >= start_buffer_ms / 1000 * rate:
             start = chunk.created_ns
             break
+    start = min(max(start, audible[0].play_after_ns or 0), audible[-1].created_ns)  # all in: no reason to wait
     clock, underruns, gap_ns, first_audible, total = start, 0, 0, None, 0
     for chunk in audible:
         if chunk.created_ns > clock:
@@ -101,20 +103,24 @@ def summarize(records: list[RunRecord]) -> dict:
         "underruns": sum(r.playback.underruns for r in records),
         "underrun_ms": round(sum(r.playback.underrun_ms for r in records), 1),
         "frames_per_word": round(sum(r.times.frames for r in records) / max(1, sum(r.times.words for r in records)), 2),
+        "paced_ms": round(1000 * sum(r.times.paced_s for r in records), 1),  # audio added by slowing down for text
+        "prebuffer_ms_p50": percentile([r.times.prebuffer_ms for r in records], 50),
         "silent_runs": len(records) - len(audible),
         "n": len(records),
     }
 
 
-async def run_one(bundle: TTSBundle, mode: str, text: str, words_per_second: float, seed: int, emit_every: int | None) -> RunRecord:
+async def run_one(bundle: TTSBundle, mode: str, text: str, words_per_second: float, seed: int, emit_every: int | None,
+                  max_stretch: float = DEFAULT_MAX_STRETCH) -> RunRecord:
     words = normalize_text(text)
-    chunks, times = await synthesize_words(bundle, words, mode, words_per_second, SynthesisConfig(seed=seed), emit_every)
+    chunks, times = await synthesize_words(bundle, words, mode, words_per_second, SynthesisConfig(seed=seed), emit_every,
+                                           max_stretch=max_stretch)
     return RunRecord(mode, text, times, simulate_playback(chunks), join_chunks(chunks), join_codes(chunks))
 
 
 async def bench_tts(
     s5: TTSBundle, t5: TTSBundle, sentences: list[str], words_per_second: float = 3.0, emit_every: int | None = None,
-    modes: tuple[str, ...] = MODES, quality: bool = True, progress=None,
+    modes: tuple[str, ...] = MODES, quality: bool = True, progress=None, max_stretch: float = DEFAULT_MAX_STRETCH,
 ) -> dict:
     """Every sentence in every mode, interleaved (s5, t5, sentence, s5, ...) so that machine noise hits all modes
     alike. quality: also synthesise S5 offline (all words known) and compare duration and WER with streaming."""
@@ -124,14 +130,14 @@ async def bench_tts(
     for i, text in enumerate(sentences):
         for mode in modes:
             bundle = s5 if mode == "s5" else t5
-            records[mode].append(await run_one(bundle, mode, text, words_per_second, seed=i, emit_every=emit_every))
+            records[mode].append(await run_one(bundle, mode, text, words_per_second, i, emit_every, max_stretch))
         if quality and "s5" in modes:
             offline.append(await run_one(s5, "t5", text, 0.0, seed=i, emit_every=emit_every))
         if progress:
             progress.advance(task)
     from .streaming import default_emit_every
 
-    result: dict = {"words_per_second": words_per_second, "sentences": len(sentences),
+    result: dict = {"words_per_second": words_per_second, "sentences": len(sentences), "max_stretch": max_stretch,
                     "emit_every": emit_every or default_emit_every(t5.codec.frame_rate)}
     for mode in modes:
         result[mode] = summarize(records[mode])
@@ -144,8 +150,11 @@ async def bench_tts(
 
 
 def compare_streaming_offline(streaming: list[RunRecord], offline: list[RunRecord]) -> dict:
-    ratios = [len(s.audio) / max(1, len(o.audio)) for s, o in zip(streaming, offline)]
-    out = {"duration_ratio_min": round(min(ratios), 3), "duration_ratio_max": round(max(ratios), 3)}
+    """Durations: the speech the model made (before pacing) and the audio as played (after pacing)."""
+    spoken = [(len(s.audio) / SAMPLE_RATE - s.times.paced_s) / max(1e-9, len(o.audio) / SAMPLE_RATE) for s, o in zip(streaming, offline)]
+    played = [len(s.audio) / max(1, len(o.audio)) for s, o in zip(streaming, offline)]
+    out = {"duration_ratio_min": round(min(spoken), 3), "duration_ratio_max": round(max(spoken), 3),
+           "played_duration_ratio_min": round(min(played), 3), "played_duration_ratio_max": round(max(played), 3)}
     try:
         from .metrics import error_rates, transcribe
     except ImportError:  # the eval extra is not installed

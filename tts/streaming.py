@@ -13,6 +13,13 @@ Modes (DESIGN.md section 4):
   last word has arrived; emission as in `t5`.
 The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
 `t5` mode is "offline S5" (all words known before decoding), which is how streaming and offline S5 are compared.
+
+Pacing (s5): when the text arrives slower than the voice speaks (a slow LLM), the engine would finish a word, then
+wait for the next words while the player runs dry. `Pacer` renders such words up to `max_stretch` times slower
+at the same pitch so the audio lasts until the text catches up, and asks the player to hold the first chunk back
+a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
+not drain it. Pacing applies only while words come slower than 5 per second; an LLM stream (10-30 words/s) is
+never stretched or held.
 """
 from __future__ import annotations
 
@@ -36,6 +43,10 @@ SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 MODELS_DIR = Path(__file__).resolve().parent / "assets" / "models"
 
 
+DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
+SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
+PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words
+MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
 
 
@@ -66,6 +77,7 @@ class AudioChunk:
     frames: int  # codec frames it carries (0 for the final crossfade tail)
     final: bool = False
     codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
+    play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
 
 
 @dataclass
@@ -79,13 +91,43 @@ class UtteranceTimes:
     last_chunk_ns: int | None = None
     compute_ns: int = 0  # worker time spent decoding and rendering
     frames: int = 0
+    paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
+    prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
     words: int = 0
     capped_words: int = 0
 
 
+class Pacer:
+    """Per utterance: keeps a virtual player's clock (when the audio emitted so far will have played out) and
+    picks a stretch for each new chunk so that it lasts until the engine can emit again."""
+
+    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
+        self.max_stretch = max(1.0, max_stretch)
+        self.margin_ns = round(margin_s * 1e9)  # the next word's compute and some jitter
+        self.play_end_ns: int | None = None
+
+    @staticmethod
+    def prebuffer_ns(text_interval_ns: int | None) -> int:
+        """How long the player should hold the first chunk for text arriving one word every text_interval_ns."""
+        if text_interval_ns is None or text_interval_ns <= SLOW_TEXT_S * 1e9:
+            return 0
+        return round(min(MAX_PREBUFFER_S * 1e9, PREBUFFER_WORDS * text_interval_ns))
+
+    def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
+        """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
+        arrive (None: it can go on at once). Returns the factor (1 .. max_stretch) to render the chunk with."""
+        buffered_ns = max(0, self.play_end_ns - now_ns) if self.play_end_ns is not None else 0
+        factor = 1.0
+        if wait_ns is not None and chunk_s > 0:
+            needed_s = (wait_ns + self.margin_ns - buffered_ns) / 1e9
+            factor = min(self.max_stretch, max(1.0, needed_s / chunk_s))
+        self.play_end_ns = max(self.play_end_ns or now_ns, now_ns) + round(chunk_s * factor * 1e9)
+        return factor
+
+
 class StreamingSynthesizer:
     def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
-                 prompt: VoicePrompt | None = None):
+                 prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         k = bundle.model.config.lookahead_words
@@ -110,6 +152,9 @@ class StreamingSynthesizer:
         self._cursor = 0  # frames of the front segment already rendered
         self._input_done = False
         self._codec_stream = bundle.codec.streaming_decoder()
+        stretchable = getattr(self._codec_stream, "supports_stretch", False)  # the NeMo adapter renders audio directly
+        self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
+        self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self._seed = self.config.seed
         self._closed = False
         self._unit: asyncio.Future | None = None  # the worker unit in flight
@@ -259,8 +304,41 @@ class StreamingSynthesizer:
         self._cursor = len(segment.frames)
         self.times.frames += len(new)
         codes = torch.stack(new, dim=1)
-        audio = self._codec_stream.push(codes)
-        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes)
+        if self._pacer is None:
+            audio = self._codec_stream.push(codes)
+        else:
+            now, seconds = time.perf_counter_ns(), len(new) / self.bundle.codec.frame_rate
+            first = self._pacer.play_end_ns is None
+            stretch = self._pacer.stretch(now, seconds, self._text_wait_ns(segment, now))
+            audio = self._codec_stream.push(codes, stretch)
+            self.times.paced_s += seconds * (stretch - 1)
+            if first and not self._ended:
+                hold = Pacer.prebuffer_ns(self._text_interval_ns())
+                self._play_after_ns = now + hold if hold else None
+                self.times.prebuffer_ms = hold / 1e6
+        play_after = None
+        if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
+            play_after, self._play_after_ns = self._play_after_ns, None
+        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after)
+
+    def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int) -> int | None:
+        """s5: how long until the words the next word needs will have arrived, guessed from the recent word rate
+        (None: the next word may be generated at once)."""
+        if self._ended or segment.ready():
+            return None
+        with self._lock:
+            missing = segment.current + self.k - len(segment.words) - len(self._pending)
+            last = self.times.word_arrivals_ns[-1]
+        interval = self._text_interval_ns()
+        if missing <= 0 or interval is None or interval <= SLOW_TEXT_S * 1e9:  # an LLM-speed stream keeps ahead
+            return None
+        return max(0, round(last + missing * interval - now_ns))
+
+    def _text_interval_ns(self) -> int | None:
+        """The recent time between words (None before two words arrived)."""
+        with self._lock:
+            recent = self.times.word_arrivals_ns[-5:]
+        return round((recent[-1] - recent[0]) / (len(recent) - 1)) if len(recent) >= 2 else None
 
     def _finish_segment(self) -> None:
         self._segments.popleft()
@@ -285,10 +363,11 @@ async def feed_words(synth: StreamingSynthesizer, words: list[str], words_per_se
 async def synthesize_words(
     bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
     config: SynthesisConfig | None = None, emit_every: int | None = None, prompt: VoicePrompt | None = None,
+    max_stretch: float = DEFAULT_MAX_STRETCH,
 ) -> tuple[list[AudioChunk], UtteranceTimes]:
     """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of the
     benchmark and the tests."""
-    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt)
+    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt, max_stretch)
     feeder = asyncio.create_task(feed_words(synth, words, words_per_second))
     try:
         chunks = [chunk async for chunk in synth.chunks()]

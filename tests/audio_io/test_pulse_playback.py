@@ -54,9 +54,9 @@ class Recorded:
     def __init__(self, sink):
         self.sink, self.sent = sink, []
 
-    def write(self, samples):
+    def write(self, samples, play_after_ns=None):
         self.sent.append(np.clip(samples, -1, 1).astype(np.float32))
-        self.sink.write(samples)
+        self.sink.write(samples, play_after_ns)
 
     def __getattr__(self, name):
         return getattr(self.sink, name)

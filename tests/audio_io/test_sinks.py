@@ -26,6 +26,17 @@ def test_clock_sink_counts_underruns_only_when_audio_is_late():
     assert sink.stats.underruns == 0 and sink.stats.first_audible_ns is None
 
 
+def test_clock_sink_waits_for_the_pacing_prebuffer():
+    sink = ClockSink(RATE, start_buffer_ms=0)
+    sink.begin_turn()
+    hold_until = time.perf_counter_ns() + int(0.5e9)
+    sink.write(np.full(100, 0.1), play_after_ns=hold_until)
+    assert sink.stats.first_played_ns == hold_until  # the simulated clock starts when the engine asked
+    time.sleep(0.2)
+    sink.write(np.full(100, 0.1))  # arrives before the first chunk would even have started: no underrun
+    assert sink.stats.underruns == 0
+
+
 def test_wav_sink_records_and_barge_in_drops_the_unplayed_tail(tmp_path):
     sink = WavSink(RATE, tmp_path / "a.wav")
     sink.begin_turn()

@@ -89,3 +89,23 @@ def test_shipped_codec_streams_without_clicks(fox):
         near[max(0, j - radius) : j + radius] = True
     assert near.any() and (~near).sum() > 1000
     assert jumps[near].max() <= 2 * np.percentile(jumps[~near], 99)
+
+
+def test_time_stretch_slows_features_down_smoothly():
+    from tts.world import time_stretch
+
+    ramp = np.arange(10, dtype=np.float32)[:, None].repeat(3, axis=1)
+    assert time_stretch(ramp, 1.0) is ramp
+    slow = time_stretch(ramp, 1.5, previous=np.full(3, -1.0, dtype=np.float32))
+    assert slow.shape == (15, 3) and slow[-1, 0] == pytest.approx(9.0)  # ends where the chunk ends
+    assert np.all(np.diff(slow[:, 0]) > 0) and slow[0, 0] > -1.0  # monotone, continuing from the previous frame
+    assert np.all(np.diff(slow[:, 0]) <= 1.0)  # no jumps: interpolated, never skipped
+
+
+def test_streaming_decoder_stretch_renders_longer_audio(random_codec, fox):
+    codes = random_codec.encode_features(fox[1])[:, :8]
+    decoder = random_codec.streaming_decoder()
+    audio = np.concatenate([decoder.push(codes[:, :4]), decoder.push(codes[:, 4:], stretch=1.5), decoder.flush()])
+    per_code = random_codec.samples_per_frame
+    assert len(audio) == 4 * per_code + round(4 * per_code / world.HOP * 1.5) * world.HOP
+    assert np.isfinite(audio).all()

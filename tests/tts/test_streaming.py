@@ -7,7 +7,7 @@ import torch
 
 from audio_io.levels import first_audible_sample
 from tts.stream_bench import simulate_playback
-from tts.streaming import AudioChunk, StreamingSynthesizer, join_chunks, join_codes, synthesize_words
+from tts.streaming import AudioChunk, Pacer, StreamingSynthesizer, join_chunks, join_codes, synthesize_words
 from tts.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()
@@ -51,6 +51,36 @@ def test_word_rate_changes_timing_not_output(tiny_bundle, words_per_second):
     streamed, times = run(synthesize_words(bundle, WORDS, "s5", words_per_second, config=synth_config()))
     assert torch.equal(join_codes(offline), join_codes(streamed))
     assert len(join_chunks(streamed)) == len(join_chunks(offline)) == times.frames * bundle.codec.samples_per_frame
+    assert times.paced_s == 0 and all(c.play_after_ns is None for c in streamed)  # 5+ words/s: never paced
+
+
+def test_pacing_holds_and_slows_down_only_for_slow_text(tiny_bundle):
+    """Text at 2 words/s (slower than 5/s): the first chunk carries a prebuffer (three words' text time, at most
+    1 s) and words are stretched while the engine waits; all words at once: neither."""
+    bundle = tiny_bundle(2)
+    offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=synth_config()))
+    slow, slow_times = run(synthesize_words(bundle, WORDS, "s5", 2.0, synth_config()))
+    assert torch.equal(join_codes(offline), join_codes(slow))  # pacing changes the rendering, never the speech
+    stretched = len(join_chunks(offline)) + slow_times.paced_s * bundle.codec.sample_rate
+    assert len(join_chunks(slow)) == pytest.approx(stretched, abs=len(slow) * 256)  # WORLD frames round per chunk
+    audible = [c for c in slow if len(c.samples)]
+    assert audible[0].play_after_ns is not None and all(c.play_after_ns is None for c in audible[1:])
+    assert 0.9e9 < audible[0].play_after_ns - audible[0].created_ns <= 1e9
+    assert slow_times.prebuffer_ms == 1000 and slow_times.paced_s > 0
+    fast, fast_times = run(synthesize_words(bundle, WORDS, "s5", 0.0, synth_config()))
+    assert all(c.play_after_ns is None for c in fast) and fast_times.paced_s == 0 and fast_times.prebuffer_ms == 0
+    off, off_times = run(synthesize_words(bundle, WORDS, "s5", 2.0, synth_config(), max_stretch=1.0))
+    assert all(c.play_after_ns is None for c in off) and off_times.paced_s == 0
+
+
+def test_pacer_stretches_just_enough_and_never_beyond_its_limit():
+    pacer = Pacer(max_stretch=1.5, margin_s=0.0)
+    assert pacer.stretch(0, 0.2, None) == 1.0  # nothing to wait for: as is (the player now holds 0.2 s)
+    assert pacer.stretch(int(0.1e9), 0.2, int(0.4e9)) == pytest.approx(1.5)  # 0.1 s buffered + 0.2 * s must cover 0.4 s
+    assert pacer.play_end_ns == int(0.2e9) + int(0.3e9)
+    assert pacer.stretch(int(0.2e9), 0.3, int(0.2e9)) == 1.0  # 0.3 s still buffered: enough
+    assert Pacer.prebuffer_ns(None) == Pacer.prebuffer_ns(int(0.1e9)) == 0  # an LLM stream: no hold
+    assert Pacer.prebuffer_ns(int(0.25e9)) == int(0.75e9) and Pacer.prebuffer_ns(int(2e9)) == int(1e9)
 
 
 def test_one_word_and_two_hundred_words(tiny_bundle):
