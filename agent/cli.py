@@ -40,7 +40,8 @@ def _agent_config(settings: dict, mode: str, records_path: Path | None):
     return AgentConfig(
         tts_mode=mode, system_prompt=settings.get("system_prompt") or AgentConfig.system_prompt,
         history_turns=int(settings.get("history_turns", 8)), emit_every=tts.get("emit_every"),
-        synthesis=SynthesisConfig(top_k=int(tts.get("top_k", 80)), temperature=float(tts.get("temperature", 0.5))),
+        synthesis=SynthesisConfig(top_k=int(tts.get("top_k", SynthesisConfig.top_k)),
+                                  temperature=float(tts.get("temperature", SynthesisConfig.temperature))),
         max_stretch=float(tts.get("max_stretch") or AgentConfig.max_stretch), records_path=records_path,
     )
 
@@ -271,7 +272,10 @@ STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for 
 def _max_stretch(args: argparse.Namespace) -> float:
     from tts.streaming import DEFAULT_MAX_STRETCH
 
-    return DEFAULT_MAX_STRETCH if args.max_stretch is None else args.max_stretch
+    value = DEFAULT_MAX_STRETCH if args.max_stretch is None else args.max_stretch
+    if not 1.0 <= value <= 2.0:
+        raise ValueError(f"--max-stretch must be between 1 (pacing off) and 2, not {value}")
+    return value
 
 
 def _say(args: argparse.Namespace) -> int:
