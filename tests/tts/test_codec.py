@@ -50,9 +50,9 @@ def test_streaming_decoder_length_and_bounded_context(random_codec, fox, chunk):
     decoder = codec.streaming_decoder()
     parts = [decoder.push(codes[:, i : i + chunk]) for i in range(0, codes.shape[1], chunk)] + [decoder.flush()]
     assert sum(len(p) for p in parts) == len(codec.decode(codes)) == codes.shape[1] * codec.samples_per_frame
-    # bounded left context: every conv keeps (kernel-1)*dilation frames, the synthesis a few WORLD frames
+    # bounded left context: every conv keeps (kernel-1)*dilation frames, the synthesis at most ~2 s of WORLD frames
     assert all(h.shape[2] == conv.left for conv, h in decoder.conv_state.items())
-    assert len(decoder.features) <= decoder.context_frames
+    assert len(decoder.features) <= decoder.max_anchor_frames
 
 
 def _shipped_codec() -> BuiltinCodec:
@@ -74,21 +74,49 @@ def test_shipped_codec_interface(fox):
     assert np.corrcoef(energy(audio), energy(fox[0]))[0, 1] > 0.8
 
 
-def test_shipped_codec_streams_without_clicks(fox):
+@pytest.mark.parametrize("chunk", [2, 3, 4, 6])
+def test_shipped_codec_streams_without_clicks(fox, chunk):
+    """The largest sample-to-sample jump within 10 ms of a join is at most twice the 99th percentile jump elsewhere,
+    unless the offline decoding has a jump two thirds as large within a pitch period of that window: glottal
+    pulses are the largest jumps in speech (the offline decoding itself breaks the bare rule at 3 of these 4 chunk
+    sizes, with virtual joins), a streamed rendering may place them up to a period apart from the offline one, and
+    WORLD's noise excitation differs from rendering to rendering (measured: 0.168 against 0.132 offline in an
+    unvoiced stretch of this clip)."""
     codec = _shipped_codec()
     codes = codec.encode(fox[0])
-    chunk = 3
+    offline = codec.decode(codes)
     decoder = codec.streaming_decoder()
     parts = [decoder.push(codes[:, i : i + chunk]) for i in range(0, codes.shape[1], chunk)] + [decoder.flush()]
     audio = np.concatenate(parts)
-    jumps = np.abs(np.diff(audio))
-    joins = np.cumsum([len(p) for p in parts[:-1]])
-    near = np.zeros(len(jumps), dtype=bool)
+    assert len(audio) == len(offline)
+    jumps, offline_jumps = np.abs(np.diff(audio)), np.abs(np.diff(offline))
     radius = int(0.010 * codec.sample_rate)
-    for j in joins:
-        near[max(0, j - radius) : j + radius] = True
+    windows = [slice(max(0, j - radius), j + radius) for j in np.cumsum([len(p) for p in parts[:-1]])]
+    near = np.zeros(len(jumps), dtype=bool)
+    for w in windows:
+        near[w] = True
     assert near.any() and (~near).sum() > 1000
-    assert jumps[near].max() <= 2 * np.percentile(jumps[~near], 99)
+    limit = 2 * np.percentile(jumps[~near], 99)
+    period = int(0.015 * codec.sample_rate)
+    for w in windows:
+        natural = offline_jumps[max(0, w.start - period) : w.stop + period].max()
+        assert jumps[w].max() <= max(limit, 1.5 * natural), f"click in samples {w.start}-{w.stop}"
+
+
+def test_anchored_rendering_keeps_the_pulse_train_in_phase(fox):
+    """Re-rendering from a fixed anchor reproduces the offline waveform (same pulse positions) up to the noise
+    excitation; the default decoder moves its anchor only at unvoiced joins, which keeps that at voiced joins."""
+    codec = _shipped_codec()
+    codes = codec.encode(fox[0])
+    offline = codec.decode(codes)
+    pinned = codec.streaming_decoder()
+    pinned.max_anchor_frames = pinned.unvoiced_frames = 10**6  # the anchor never moves
+    audio = np.concatenate([pinned.push(codes[:, i : i + 3]) for i in range(0, codes.shape[1], 3)] + [pinned.flush()])
+    assert np.abs(audio - offline).max() < 0.1
+    moved = codec.streaming_decoder()
+    moved.max_anchor_frames = moved.unvoiced_frames = 0  # the anchor moves at every join
+    audio = np.concatenate([moved.push(codes[:, i : i + 3]) for i in range(0, codes.shape[1], 3)] + [moved.flush()])
+    assert np.abs(audio - offline).max() > 0.3  # a fresh pulse train: what the anchor avoids
 
 
 def test_time_stretch_slows_features_down_smoothly():
