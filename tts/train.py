@@ -7,6 +7,7 @@ launched by torchrun (gloo on CPU, nccl on GPU).
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -45,6 +46,8 @@ class TrainConfig:
     aux_warmup_steps: int = 1000  # MAS on the prior's path until then, on the aux attention after
     val_every: int = 500
     val_batches: int = 8
+    samples: int = 2  # at every validation, speak this many validation sentences into out/samples/ (0: none)
+    codec_dir: str = ""  # codec for those samples ("" = the shipped one)
     checkpoint_minutes: float = 5.0
     max_minutes: float = 0.0  # 0: no time limit
     seed: int = 0
@@ -250,6 +253,27 @@ class Trainer:
         self.model.train()
         return totals
 
+    def write_samples(self, texts: list[str]) -> list[Path]:
+        """Speak texts with the current weights (a CPU copy) into out/samples/stepNNNNNN_i.wav, so a run can be
+        listened to while it trains. Skipped when the codec's code space does not match the model's."""
+        from .codec import BuiltinCodec
+        from .synthesis import SynthesisConfig, TTSBundle, synthesize_text
+        from .voices import write_wav
+
+        codec = BuiltinCodec.load(self.config.codec_dir or None)
+        mc = self.model.config
+        if (codec.num_codebooks, codec.codebook_size) != (mc.num_codebooks, mc.codebook_size):
+            return []
+        bundle = TTSBundle(copy.deepcopy(self.model).float().cpu(), self.symbols, codec)
+        paths = []
+        for i, text in enumerate(texts):
+            codes, _ = synthesize_text(bundle, text, SynthesisConfig(seed=i))
+            path = self.out / "samples" / f"step{self.step:06d}_{i}.wav"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_wav(path, codec.decode(codes) if codes.shape[1] else np.zeros(0, np.float32))
+            paths.append(path)
+        return paths
+
     def fit(self, train: list[TokenizedUtterance], val: list[TokenizedUtterance]) -> int:
         c = self.config
         sampler = BucketSampler(train, c, self.rank, self.world_size)
@@ -276,6 +300,8 @@ class Trainer:
                 record.update(step=self.step, lr=learning_rate(self.step, c), grad_norm=round(grad_norm, 3), step_s=round(time.perf_counter() - t0, 3))
                 if self.step % c.val_every == 0 and self.is_main:
                     record.update({f"val_{k}": v for k, v in self.validate(val_batches).items()})
+                    if c.samples:
+                        record["samples"] = [str(p) for p in self.write_samples([u.text for u in val[: c.samples]])]
                 self._log(record)
                 if self.progress:
                     self.progress.update(task, completed=self.step, description=f"training loss {record['total']:.3f}")

@@ -116,3 +116,19 @@ def test_ddp_two_cpu_processes_keep_identical_weights(tmp_path):
     assert torch.equal(w0, w1)
     initial = torch.cat([p.detach().flatten() for p in __import__("tts.model", fromlist=["S5TTS"]).S5TTS(tiny_config(2)).parameters()])
     assert not torch.equal(w0, initial)  # they trained
+
+
+def test_validation_writes_audio_samples_of_the_current_weights(tmp_path):
+    """With the shipped codec's code space the trainer speaks validation sentences into out/samples/."""
+    from tts.voices import read_wav
+
+    config = TrainConfig(out=str(tmp_path / "run"), samples=2)
+    trainer = Trainer(tiny_config(2, num_codebooks=8, codebook_size=1000), config)
+    trainer.step = 500
+    paths = trainer.write_samples(["Good morning.", "See you soon."])
+    assert [p.name for p in paths] == ["step000500_0.wav", "step000500_1.wav"]
+    audio, rate = read_wav(paths[0])
+    assert rate == 22050 and len(audio) > 0 and np.isfinite(audio).all()
+    assert trainer.model.training  # the run goes on training: the samples came from a copy
+    other = Trainer(tiny_config(2), TrainConfig(out=str(tmp_path / "small")))  # 3 x 20 codes: no codec to speak them
+    assert other.write_samples(["Good morning."]) == []
