@@ -103,7 +103,7 @@ class Pacer:
 
     def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
         self.max_stretch = max(1.0, max_stretch)
-        self.margin_ns = round(margin_s * 1e9)  # the next word's compute and some jitter
+        self.margin_ns = round(margin_s * 1e9)  # reserve: the next word's compute, jitter, a short word next
         self.play_end_ns: int | None = None
 
     @staticmethod
