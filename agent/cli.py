@@ -278,6 +278,12 @@ def _max_stretch(args: argparse.Namespace) -> float:
     return value
 
 
+def _pacing_note(times) -> str:
+    if not times.paced_s and not times.prebuffer_ms:
+        return ""
+    return f", paced (+{times.paced_s:.2f} s slower, {times.prebuffer_ms:.0f} ms prebuffer: the text came slower than the voice)"
+
+
 def _say(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -312,7 +318,7 @@ def _say(args: argparse.Namespace) -> int:
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
     where = f" -> {sink.path}" if getattr(sink, "path", None) else ""
     err.print(f"{args.mode}: {result.words} words, {result.audio_s:.2f} s of audio, first audible {audible} after the "
-              f"first word, rtf {result.rtf or 0:.2f}, underruns {result.playback.underruns}{where}")
+              f"first word, rtf {result.rtf or 0:.2f}, underruns {result.playback.underruns}{_pacing_note(result.times)}{where}")
     return 0
 
 
