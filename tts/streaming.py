@@ -107,9 +107,14 @@ class Pacer:
         self.play_end_ns: int | None = None
 
     @staticmethod
+    def paces(text_interval_ns: int | None) -> bool:
+        """Is text arriving one word every text_interval_ns slow enough to pace (slower than 5 words/s)?"""
+        return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
+
+    @staticmethod
     def prebuffer_ns(text_interval_ns: int | None) -> int:
         """How long the player should hold the first chunk for text arriving one word every text_interval_ns."""
-        if text_interval_ns is None or text_interval_ns <= SLOW_TEXT_S * 1e9:
+        if not Pacer.paces(text_interval_ns):
             return 0
         return round(min(MAX_PREBUFFER_S * 1e9, PREBUFFER_WORDS * text_interval_ns))
 
@@ -309,11 +314,12 @@ class StreamingSynthesizer:
         else:
             now, seconds = time.perf_counter_ns(), len(new) / self.bundle.codec.frame_rate
             first = self._pacer.play_end_ns is None
-            stretch = self._pacer.stretch(now, seconds, self._text_wait_ns(segment, now))
+            interval = self._text_interval_ns()
+            stretch = self._pacer.stretch(now, seconds, self._text_wait_ns(segment, now, interval))
             audio = self._codec_stream.push(codes, stretch)
             self.times.paced_s += seconds * (stretch - 1)
             if first and not self._ended:
-                hold = Pacer.prebuffer_ns(self._text_interval_ns())
+                hold = Pacer.prebuffer_ns(interval)
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
         play_after = None
@@ -321,18 +327,15 @@ class StreamingSynthesizer:
             play_after, self._play_after_ns = self._play_after_ns, None
         return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after)
 
-    def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int) -> int | None:
-        """s5: how long until the words the next word needs will have arrived, guessed from the recent word rate
-        (None: the next word may be generated at once)."""
-        if self._ended or segment.ready():
+    def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int, interval_ns: int | None) -> int | None:
+        """s5: how long until the words the next word needs will have arrived, guessed from the recent word
+        interval (None: the next word may be generated at once, or the text is too fast to pace)."""
+        if self._ended or segment.ready() or not Pacer.paces(interval_ns):  # an LLM-speed stream keeps ahead
             return None
         with self._lock:
             missing = segment.current + self.k - len(segment.words) - len(self._pending)
             last = self.times.word_arrivals_ns[-1]
-        interval = self._text_interval_ns()
-        if missing <= 0 or interval is None or interval <= SLOW_TEXT_S * 1e9:  # an LLM-speed stream keeps ahead
-            return None
-        return max(0, round(last + missing * interval - now_ns))
+        return max(0, round(last + missing * interval_ns - now_ns)) if missing > 0 else None
 
     def _text_interval_ns(self) -> int | None:
         """The recent time between words (None before two words arrived)."""
