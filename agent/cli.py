@@ -42,7 +42,7 @@ def _agent_config(settings: dict, mode: str, records_path: Path | None):
         history_turns=int(settings.get("history_turns", 8)), emit_every=tts.get("emit_every"),
         synthesis=SynthesisConfig(top_k=int(tts.get("top_k", SynthesisConfig.top_k)),
                                   temperature=float(tts.get("temperature", SynthesisConfig.temperature))),
-        max_stretch=float(tts.get("max_stretch") or AgentConfig.max_stretch), records_path=records_path,
+        max_stretch=_max_stretch(tts.get("max_stretch"), "tts.max_stretch in the agent config"), records_path=records_path,
     )
 
 
@@ -269,12 +269,13 @@ def _eval(args: argparse.Namespace) -> int:
 STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for slower text (default 1.3; 1: off)"
 
 
-def _max_stretch(args: argparse.Namespace) -> float:
+def _max_stretch(value: float | None, name: str = "--max-stretch") -> float:
+    """The pacing limit from a flag or agent.yaml (None: the default), checked."""
     from tts.streaming import DEFAULT_MAX_STRETCH
 
-    value = DEFAULT_MAX_STRETCH if args.max_stretch is None else args.max_stretch
+    value = DEFAULT_MAX_STRETCH if value is None else float(value)
     if not 1.0 <= value <= 2.0:
-        raise ValueError(f"--max-stretch must be between 1 (pacing off) and 2, not {value}")
+        raise ValueError(f"{name} must be between 1 (pacing off) and 2, not {value}")
     return value
 
 
@@ -312,7 +313,7 @@ def _say(args: argparse.Namespace) -> int:
         sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=lambda m: err.print(f"[yellow]{m}[/]"))
     try:
         result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed), prompt,
-                                 _max_stretch(args)))
+                                 _max_stretch(args.max_stretch)))
     finally:
         sink.close()
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
@@ -334,7 +335,7 @@ def _bench_tts(args: argparse.Namespace) -> int:
         raise ValueError("no sentences to benchmark")
     with _progress() as progress:
         result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality,
-                                       progress=progress, max_stretch=_max_stretch(args)))
+                                       progress=progress, max_stretch=_max_stretch(args.max_stretch)))
     _print_result(result, args.json, "streaming TTS benchmark")
     return 0
 
