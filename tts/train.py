@@ -196,6 +196,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
         self.step = 0
         self.symbols = SymbolTable.default()
+        self._sample_codec = None  # the codec that speaks the validation samples (write_samples)
         self.progress = progress if self.rank == 0 else None
         self._resume()
         self.ddp_model = torch.nn.parallel.DistributedDataParallel(self.model) if self.distributed else self.model
@@ -260,8 +261,9 @@ class Trainer:
         from .synthesis import SynthesisConfig, TTSBundle, synthesize_text
         from .voices import write_wav
 
-        codec = BuiltinCodec.load(self.config.codec_dir or None)
-        mc = self.model.config
+        if self._sample_codec is None:  # loaded once per run
+            self._sample_codec = BuiltinCodec.load(self.config.codec_dir or None)
+        codec, mc = self._sample_codec, self.model.config
         if (codec.num_codebooks, codec.codebook_size) != (mc.num_codebooks, mc.codebook_size):
             return []
         bundle = TTSBundle(copy.deepcopy(self.model).float().cpu(), self.symbols, codec)
