@@ -178,18 +178,28 @@ def _codec_features(args: argparse.Namespace) -> int:
 
 
 def _codec_train(args: argparse.Namespace) -> int:
-    from tts.codec import CodecConfig, DEFAULT_CODEC_DIR
+    from dataclasses import replace
+
+    from tts.codec import BuiltinCodec, CodecConfig, DEFAULT_CODEC_DIR
     from tts.codec_train import CodecTrainConfig, extract_features, train_codec
 
-    frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
+    init = BuiltinCodec.load(args.init_from) if args.init_from else None
+    if args.decoder_only and init is None:
+        raise ValueError("--decoder-only retrains the decoder of an existing codec: give it with --init-from")
+    if init is not None:
+        codec_config = replace(init.config, decoder_channels=args.decoder_channels or init.config.decoder_channels)
+    else:
+        frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
+        codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting,
+                                   decoder_channels=args.decoder_channels)
     with _progress() as progress:
         extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
         extract_features(args.corpus, args.workers, progress, manifests=("val",))
-        codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting)
         out = args.out or DEFAULT_CODEC_DIR
         out.mkdir(parents=True, exist_ok=True)
-        train_config = CodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours)
-        codec, log = train_codec(args.corpus, codec_config, train_config, progress, out / "train_log.jsonl")
+        train_config = CodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, decoder_only=args.decoder_only,
+                                        delta_weight=args.delta_weight, lr=args.lr)
+        codec, log = train_codec(args.corpus, codec_config, train_config, progress, out / "train_log.jsonl", init)
     codec.save(out)
     err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
     return 0
@@ -473,6 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
     codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance"], default="uniform")
     codec_train.add_argument("--max-hours", type=float, default=3.0, help="training audio loaded, taken round-robin over voices")
     codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
+    codec_train.add_argument("--init-from", type=Path, default=None, help="start from this codec folder")
+    codec_train.add_argument("--decoder-only", action="store_true",
+                             help="train only the decoder (the --init-from codec's codes stay valid)")
+    codec_train.add_argument("--decoder-channels", type=int, default=None, help="decoder width (default: as the encoder)")
+    codec_train.add_argument("--delta-weight", type=float, default=0.0, help="loss on the spectrum's frame-to-frame change")
+    codec_train.add_argument("--lr", type=float, default=2e-3)
     codec_train.set_defaults(func=_codec_train)
 
     say = commands.add_parser("say", help="speak a text through the streaming engine (plays, or writes a WAV)")

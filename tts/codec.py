@@ -28,6 +28,7 @@ class CodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_blocks: int = 3
+    decoder_channels: int | None = None  # default: channels (a wider decoder can be retrained on a frozen encoder)
     # spectral loss weights per coded-envelope dimension: "variance" weighs each by its variance (the MSE of the
     # raw log envelope, dominated by the low-order terms ASR features read), "uniform" treats them alike
     spectrum_weighting: str = "uniform"
@@ -143,7 +144,7 @@ class CodecDecoder(nn.Module):
 
     def __init__(self, config: CodecConfig, fsq_dim: int):
         super().__init__()
-        c, r = config.channels, config.frames_per_code
+        c, r = config.decoder_channels or config.channels, config.frames_per_code
         self.r = r
         self.inp = CausalConv(fsq_dim, c, 3)
         self.blocks = nn.Sequential(*[CausalBlock(c, 2**i) for i in range(config.decoder_blocks)])
@@ -197,17 +198,24 @@ class FeatureCodec(nn.Module):
 
 
 def codec_loss(
-    output: torch.Tensor, target: torch.Tensor, features: torch.Tensor, spectrum_weights: torch.Tensor | None = None
+    output: torch.Tensor, target: torch.Tensor, features: torch.Tensor, spectrum_weights: torch.Tensor | None = None,
+    delta_weight: float = 0.0,
 ) -> dict[str, torch.Tensor]:
     """MSE on normalised log F0 (voiced frames), spectral envelope and aperiodicity (optionally weighted per
-    dimension, weights averaging 1); BCE on voicing."""
+    dimension, weights averaging 1); BCE on voicing; optionally MSE on the envelope's frame-to-frame change (an MSE
+    fit alone smooths transitions)."""
     voiced = features[..., 1]  # (B, T) 0/1
     f0 = ((output[:, 0] - target[:, 0]) ** 2 * voiced).sum() / voiced.sum().clamp(min=1)
     vuv = F.binary_cross_entropy_with_logits(output[:, 1], voiced)
     squared = (output[:, 2:] - target[:, 2:]) ** 2  # (B, D-2, T)
     spectrum = (squared * spectrum_weights.view(1, -1, 1)).mean() if spectrum_weights is not None else squared.mean()
     total = 2.0 * f0 + vuv + spectrum
-    return {"total": total, "f0": f0, "vuv": vuv, "spectrum": spectrum}
+    losses = {"f0": f0, "vuv": vuv, "spectrum": spectrum}
+    if delta_weight:
+        delta = (output[:, 2:, 1:] - output[:, 2:, :-1]) - (target[:, 2:, 1:] - target[:, 2:, :-1])
+        losses["delta"] = (delta**2).mean()
+        total = total + delta_weight * losses["delta"]
+    return {"total": total, **losses}
 
 
 # ---- the codec interface ----------------------------------------------------------------------------------------
@@ -302,28 +310,28 @@ class StreamingCodecDecoder:
     """Per-utterance streaming decoder: code chunks in, audio out.
 
     The network streams with per-conv state (a bounded left context: no code is decoded twice, and its outputs
-    equal the offline ones). WORLD synthesis is re-run over a bounded window of recent feature frames: the newest
-    `crossfade_frames` of audio, synthesised without right context, are held back and crossfaded into their
-    re-synthesis when the next chunk arrives (or emitted by `flush()`). Total length equals offline decoding:
-    T codec frames -> T * samples_per_frame samples (unless a push asks for a stretch).
+    equal the offline ones). WORLD synthesis renders each push over a short window: `lead_frames` of lead-in,
+    the `crossfade_frames` held back last time, and the new frames. The newest `crossfade_frames` of audio,
+    rendered without right context, are held back and Hann-crossfaded into their re-rendering by the next push
+    (or emitted by `flush()`). Total length equals offline decoding: T codec frames -> T * samples_per_frame
+    samples (unless a push asks for a stretch).
 
-    Where the window starts matters: WORLD starts its pulse train afresh at the start of every rendering, so a
-    window that starts inside voiced speech crossfades two pulse trains out of phase at the join (roughness:
-    DNSMOS 2.27 against 2.44 offline on the test sentences). So the window's start (the anchor) only moves when
-    the join is unvoiced (noise has no phase to keep), and then to `context_frames` before the end; while speech
-    stays voiced the anchor stays, up to `max_anchor_frames` (then it moves anyway). Measured: DNSMOS 2.45."""
+    WORLD starts its pulse train afresh at the start of every rendering, so windows rendered independently would
+    crossfade pulse trains out of phase at every join (roughness: DNSMOS 2.27 against 2.44 offline on the test
+    sentences). The decoder keeps the pulse train's phase across pushes instead (`world.continue_phase`): each
+    window's pulses fall where the offline rendering's fall, and its audio matches the offline audio but for
+    WORLD's noise, at a rendering cost of (lead + crossfade + new) / new frames."""
 
-    def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2, context_frames: int = 24,
-                 max_anchor_frames: int = 172, unvoiced_frames: int = 4):
+    def __init__(self, codec: BuiltinCodec, crossfade_frames: int = 2, lead_frames: int = 4):
         self.codec = codec
         self.conv_state: ConvState = {}
         self.crossfade_frames = crossfade_frames
         self.joiner = CrossfadeJoiner(crossfade_frames * world.HOP)
-        self.context_frames = max(context_frames, crossfade_frames + 2)  # lead-in before the held samples
-        self.max_anchor_frames = max(max_anchor_frames, self.context_frames)  # ~2 s of WORLD frames
-        self.unvoiced_frames = unvoiced_frames  # before the held ones, for a join to count as unvoiced
-        self.features = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # WORLD frames from the anchor on
-        self.done = 0  # frames of self.features whose audio was emitted or is held
+        # frame 0 of a window only sets the phase, and pulses reach 2 frames (FFT_SIZE / 2 samples) past it
+        self.lead_frames = max(lead_frames, 2 + world.FFT_SIZE // (2 * world.HOP))
+        self.frames = np.zeros((0, world.FEATURE_DIM), dtype=np.float32)  # the window kept for the next push
+        self.at_start = True  # the window still starts at the utterance's first frame
+        self.phase = 0.0  # the pulse train's accumulated phase (radians, mod 2 pi) at the window's first frame
 
     supports_stretch = True
 
@@ -334,13 +342,18 @@ class StreamingCodecDecoder:
             return np.zeros(0, dtype=np.float32)
         new = self.codec.decode_features(codes, self.conv_state)
         if stretch != 1.0:
-            new = world.time_stretch(new, stretch, self.features[-1] if len(self.features) else None)
-        self.features = np.concatenate([self.features, new])
-        out = self.joiner.join(world.synthesize(self.features), self.done * world.HOP)
-        join = self.features[-(self.crossfade_frames + self.unvoiced_frames) :]
-        if not (join[:, 1] > 0.5).any() or len(self.features) > self.max_anchor_frames:
-            self.features = self.features[max(0, len(self.features) - self.context_frames) :]  # move the anchor
-        self.done = len(self.features)
+            new = world.time_stretch(new, stretch, self.frames[-1] if len(self.frames) else None)
+        begin = len(self.frames)
+        frames = np.concatenate([self.frames, new])
+        window = frames
+        if not self.at_start:
+            window = world.continue_phase(frames, self.phase + world.pulse_phase_steps(frames[:2])[0])
+        out = self.joiner.join(world.synthesize(window), begin * world.HOP)
+        drop = max(0, len(frames) - (self.lead_frames + self.crossfade_frames))  # slide the window
+        if drop:
+            self.phase = float((self.phase + world.pulse_phase_steps(frames[: drop + 1]).sum()) % (2 * np.pi))
+            self.at_start = False
+        self.frames = frames[drop:]
         return out
 
     def flush(self) -> np.ndarray:

@@ -84,6 +84,10 @@ class CodecTrainConfig:
     lr: float = 2e-3
     seed: int = 0
     max_hours: float = 3.0  # of training features loaded into memory
+    # retrain only the decoder of an existing codec (its encoder and FSQ frozen): the codes it makes, and so every
+    # tokenised corpus and TTS model trained on them, stay valid
+    decoder_only: bool = False
+    delta_weight: float = 0.0  # weight of the frame-to-frame spectral change loss (against over-smoothing)
 
 
 def load_feature_set(corpus: Path, manifest: str, max_hours: float, seed: int) -> list[np.ndarray]:
@@ -118,18 +122,28 @@ def random_segments(features: list[np.ndarray], count: int, length: int, rng: np
 
 
 def train_codec(
-    corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig, progress=None, log_path: Path | None = None
+    corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig, progress=None, log_path: Path | None = None,
+    init: BuiltinCodec | None = None,
 ) -> tuple[BuiltinCodec, dict]:
+    """Trains a codec from scratch, or (init given, train.decoder_only) a new decoder for init's frozen encoder."""
     torch.manual_seed(train.seed)
     rng = np.random.default_rng(train.seed)
     train_set = load_feature_set(corpus, "train", train.max_hours, train.seed)
     val_set = load_feature_set(corpus, "val", 0.2, train.seed)
     model = FeatureCodec(codec_config)
-    stacked = np.concatenate(train_set[:500])
-    model.feature_mean.copy_(torch.from_numpy(stacked.mean(0)))
-    model.feature_std.copy_(torch.from_numpy(stacked.std(0) + 1e-3))
-    model.feature_mean[1], model.feature_std[1] = 0.0, 1.0  # voicing stays a 0/1 target
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=0.0)
+    if init is not None:
+        same_decoder = FeatureCodec(init.config).decoder.state_dict().keys() == model.decoder.state_dict().keys() and all(
+            v.shape == model.decoder.state_dict()[k].shape for k, v in init.model.decoder.state_dict().items())
+        model.load_state_dict({k: v for k, v in init.model.state_dict().items()
+                               if same_decoder or not k.startswith("decoder.")}, strict=False)
+    else:
+        stacked = np.concatenate(train_set[:500])
+        model.feature_mean.copy_(torch.from_numpy(stacked.mean(0)))
+        model.feature_std.copy_(torch.from_numpy(stacked.std(0) + 1e-3))
+        model.feature_mean[1], model.feature_std[1] = 0.0, 1.0  # voicing stays a 0/1 target
+    if train.decoder_only:
+        model.encoder.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=train.lr, weight_decay=0.0)
     length = train.segment_codes * codec_config.frames_per_code
     deadline = time.monotonic() + train.minutes * 60
     task = progress.add_task(f"codec {codec_config.frame_rate:.1f} fps", total=train.minutes * 60) if progress else None
@@ -140,7 +154,7 @@ def train_codec(
             group["lr"] = train.lr * 0.5 * (1 + np.cos(np.pi * min(fraction, 1.0)))
         features = random_segments(train_set, train.batch, length, rng)
         output, target = model(features)
-        losses = codec_loss(output, target, features, model.spectrum_weights())
+        losses = codec_loss(output, target, features, model.spectrum_weights(), train.delta_weight)
         optimizer.zero_grad()
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
