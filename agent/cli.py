@@ -187,11 +187,13 @@ def _codec_train(args: argparse.Namespace) -> int:
     if args.decoder_only and init is None:
         raise ValueError("--decoder-only retrains the decoder of an existing codec: give it with --init-from")
     if init is not None:
-        codec_config = replace(init.config, decoder_channels=args.decoder_channels or init.config.decoder_channels)
+        codec_config = replace(init.config, decoder_channels=args.decoder_channels or init.config.decoder_channels,
+                               spectrum_weighting=args.spectrum_weighting or init.config.spectrum_weighting,
+                               low_order_boost=args.low_order_boost or init.config.low_order_boost)
     else:
         frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
-        codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting,
-                                   decoder_channels=args.decoder_channels)
+        codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting or "uniform",
+                                   decoder_channels=args.decoder_channels, low_order_boost=args.low_order_boost or 3.0)
     with _progress() as progress:
         extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
         extract_features(args.corpus, args.workers, progress, manifests=("val",))
@@ -480,9 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
     codec_train.add_argument("--minutes", type=float, default=25.0)
     codec_train.add_argument("--workers", type=int, default=2)
     codec_train.add_argument("--per-speaker", type=int, default=60, help="training utterances per speaker")
-    codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance"], default="uniform")
+    codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance", "low_order"], default=None,
+                             help="spectral loss weights (default: uniform, or the --init-from codec's)")
     codec_train.add_argument("--max-hours", type=float, default=3.0, help="training audio loaded, taken round-robin over voices")
     codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
+    codec_train.add_argument("--low-order-boost", type=float, default=None, help="with low_order weighting (default 3)")
     codec_train.add_argument("--init-from", type=Path, default=None, help="start from this codec folder")
     codec_train.add_argument("--decoder-only", action="store_true",
                              help="train only the decoder (the --init-from codec's codes stay valid)")

@@ -29,9 +29,12 @@ class CodecConfig:
     channels: int = 256
     decoder_blocks: int = 3
     decoder_channels: int | None = None  # default: channels (a wider decoder can be retrained on a frozen encoder)
-    # spectral loss weights per coded-envelope dimension: "variance" weighs each by its variance (the MSE of the
-    # raw log envelope, dominated by the low-order terms ASR features read), "uniform" treats them alike
+    # spectral loss weights per coded-envelope dimension: "uniform" treats them alike, "variance" weighs each by
+    # its variance (the MSE of the raw log envelope: the lowest two terms dominate), "low_order" weighs the lowest
+    # terms more (ASR features read the coarse envelope: restoring the lowest 6 of the 40 dimensions to the
+    # original took the round trip's WER from 54.3 to 44.9, restoring the highest 28 only to 48.6)
     spectrum_weighting: str = "uniform"
+    low_order_boost: float = 3.0  # "low_order": the lowest term weighs 1 + this, decaying over ~6 terms
 
     @property
     def codebook_size(self) -> int:
@@ -177,8 +180,12 @@ class FeatureCodec(nn.Module):
     def spectrum_weights(self) -> torch.Tensor | None:
         if self.config.spectrum_weighting == "uniform":
             return None
-        variance = self.feature_std[2:] ** 2
-        return variance / variance.mean()
+        if self.config.spectrum_weighting == "low_order":
+            order = torch.arange(world.SP_DIMS, dtype=torch.float32)
+            weights = torch.cat([1 + self.config.low_order_boost * torch.exp(-order / 6), torch.ones(world.AP_DIMS)])
+        else:
+            weights = self.feature_std[2:] ** 2
+        return weights / weights.mean()
 
     def normalize(self, features: torch.Tensor) -> torch.Tensor:
         """(B, T, D) raw -> (B, D, T) normalised"""

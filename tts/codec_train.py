@@ -163,13 +163,13 @@ def train_codec(
         if log_path is not None and step % 100 == 0:
             with log_path.open("a") as f:
                 f.write(json.dumps({"step": step, "minutes": round((time.monotonic() - started) / 60, 2),
-                                    **{k: round(float(v), 4) for k, v in losses.items()}}) + "\n")
+                                    **{k: round(float(v.detach()), 4) for k, v in losses.items()}}) + "\n")
         if progress:
             progress.update(task, completed=min(time.monotonic() - started, train.minutes * 60))
     model.eval()
     with torch.no_grad():
         features = random_segments(val_set, 64, length, np.random.default_rng(1))
         output, target = model(features)
-        log = {k: round(float(v), 4) for k, v in codec_loss(output, target, features, model.spectrum_weights()).items()}
+        log = {k: round(float(v), 4) for k, v in codec_loss(output, target, features).items()}  # unweighted: comparable
     log.update(steps=step, minutes=round((time.monotonic() - started) / 60, 1))
     return BuiltinCodec(model), log

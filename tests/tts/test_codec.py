@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,40 @@ def test_streaming_decoder_stretch_renders_longer_audio(random_codec, fox):
     per_code = random_codec.samples_per_frame
     assert len(audio) == 4 * per_code + round(4 * per_code / world.HOP * 1.5) * world.HOP
     assert np.isfinite(audio).all()
+
+
+def _feature_corpus(tmp_path: Path, features: np.ndarray) -> Path:
+    """A corpus whose train and val manifests each list one utterance, its WORLD features cached."""
+    from tts.codec_train import feature_path
+
+    for split in ("train", "val"):
+        entry = {"audio_filepath": f"wavs/{split}.wav", "text": "a fox", "duration": len(features) / 86.13, "speaker": "fox"}
+        (tmp_path / f"{split}.jsonl").write_text(json.dumps(entry) + "\n")
+        path = feature_path(tmp_path, entry["audio_filepath"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, features)
+    return tmp_path
+
+
+def test_decoder_only_retraining_keeps_the_codes(tmp_path, fox):
+    """`s5 codec train --init-from C --decoder-only`: a new (here wider) decoder learns to decode C's codes; the
+    encoder and FSQ are C's, so every code C made (tokenised corpora, TTS models trained on them) stays valid."""
+    from dataclasses import replace
+
+    from tts.codec_train import CodecTrainConfig, train_codec
+
+    corpus = _feature_corpus(tmp_path, fox[1])
+    small = CodecConfig(frames_per_code=4, channels=32, decoder_blocks=1)
+    fast = CodecTrainConfig(minutes=0.1, batch=4, segment_codes=8)
+    first, _ = train_codec(corpus, small, fast)
+    wider = replace(small, decoder_channels=48)
+    second, log = train_codec(corpus, wider, replace(fast, decoder_only=True, delta_weight=1.0), init=first)
+    assert second.model.decoder.out.in_channels == 48 and log["steps"] > 0
+    assert torch.equal(first.encode_features(fox[1]), second.encode_features(fox[1]))
+    for name, tensor in first.model.state_dict().items():
+        if not name.startswith("decoder."):
+            assert torch.equal(tensor, second.model.state_dict()[name]), name
+    codes = second.encode_features(fox[1])
+    assert second.decode_features(codes).shape == first.decode_features(codes).shape
+    second.save(tmp_path / "codec")  # fp16 weights: an FSQ rounding may flip here and there
+    assert (BuiltinCodec.load(tmp_path / "codec").encode_features(fox[1]) == codes).float().mean() > 0.95
