@@ -186,14 +186,13 @@ def _codec_train(args: argparse.Namespace) -> int:
     init = BuiltinCodec.load(args.init_from) if args.init_from else None
     if args.decoder_only and init is None:
         raise ValueError("--decoder-only retrains the decoder of an existing codec: give it with --init-from")
+    given = {name: value for name, value in (("decoder_channels", args.decoder_channels), ("low_order_boost",
+             args.low_order_boost), ("spectrum_weighting", args.spectrum_weighting)) if value is not None}
     if init is not None:
-        codec_config = replace(init.config, decoder_channels=args.decoder_channels or init.config.decoder_channels,
-                               spectrum_weighting=args.spectrum_weighting or init.config.spectrum_weighting,
-                               low_order_boost=args.low_order_boost or init.config.low_order_boost)
+        codec_config = replace(init.config, **given)
     else:
         frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
-        codec_config = CodecConfig(frames_per_code=frames_per_code, spectrum_weighting=args.spectrum_weighting or "uniform",
-                                   decoder_channels=args.decoder_channels, low_order_boost=args.low_order_boost or 3.0)
+        codec_config = CodecConfig(frames_per_code=frames_per_code, **given)
     with _progress() as progress:
         extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
         extract_features(args.corpus, args.workers, progress, manifests=("val",))

@@ -125,15 +125,16 @@ def train_codec(
     corpus: Path, codec_config: CodecConfig, train: CodecTrainConfig, progress=None, log_path: Path | None = None,
     init: BuiltinCodec | None = None,
 ) -> tuple[BuiltinCodec, dict]:
-    """Trains a codec from scratch, or (init given, train.decoder_only) a new decoder for init's frozen encoder."""
+    """Trains a codec from scratch, or from init's weights (its decoder's too where the shapes match); with
+    train.decoder_only, init's encoder and FSQ stay frozen, so the new codec makes exactly init's codes."""
     torch.manual_seed(train.seed)
     rng = np.random.default_rng(train.seed)
     train_set = load_feature_set(corpus, "train", train.max_hours, train.seed)
     val_set = load_feature_set(corpus, "val", 0.2, train.seed)
     model = FeatureCodec(codec_config)
     if init is not None:
-        same_decoder = FeatureCodec(init.config).decoder.state_dict().keys() == model.decoder.state_dict().keys() and all(
-            v.shape == model.decoder.state_dict()[k].shape for k, v in init.model.decoder.state_dict().items())
+        own, theirs = model.decoder.state_dict(), init.model.decoder.state_dict()
+        same_decoder = own.keys() == theirs.keys() and all(own[k].shape == v.shape for k, v in theirs.items())
         model.load_state_dict({k: v for k, v in init.model.state_dict().items()
                                if same_decoder or not k.startswith("decoder.")}, strict=False)
     else:
