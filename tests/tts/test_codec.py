@@ -1,4 +1,3 @@
-import json
 from pathlib import Path
 
 import numpy as np
@@ -177,11 +176,12 @@ def test_streaming_decoder_stretch_renders_longer_audio(random_codec, fox):
 def _feature_corpus(tmp_path: Path, features: np.ndarray) -> Path:
     """A corpus whose train and val manifests each list one utterance, its WORLD features cached."""
     from tts.codec_train import feature_path
+    from tts.data import ManifestEntry, write_manifest
 
     for split in ("train", "val"):
-        entry = {"audio_filepath": f"wavs/{split}.wav", "text": "a fox", "duration": len(features) / 86.13, "speaker": "fox"}
-        (tmp_path / f"{split}.jsonl").write_text(json.dumps(entry) + "\n")
-        path = feature_path(tmp_path, entry["audio_filepath"])
+        entry = ManifestEntry(f"wavs/{split}.wav", "a fox", len(features) * world.HOP / world.SAMPLE_RATE, "fox")
+        write_manifest(tmp_path / f"{split}.jsonl", [entry])
+        path = feature_path(tmp_path, entry.audio_filepath)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, features)
     return tmp_path
