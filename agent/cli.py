@@ -160,6 +160,14 @@ def _data_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_sentences(path: Path) -> list[str]:
+    """One sentence per line; blank lines and '#' comments skipped."""
+    sentences = [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    if not sentences:
+        raise ValueError(f"no sentences in {path}")
+    return sentences
+
+
 def _progress() -> Progress:
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
@@ -178,6 +186,8 @@ def _codec_features(args: argparse.Namespace) -> int:
 
 
 def _codec_train(args: argparse.Namespace) -> int:
+    if args.kind == "mel":
+        return _mel_codec_train(args)
     from dataclasses import replace
 
     from tts.codec import BuiltinCodec, CodecConfig, DEFAULT_CODEC_DIR
@@ -199,19 +209,39 @@ def _codec_train(args: argparse.Namespace) -> int:
         out = args.out or DEFAULT_CODEC_DIR
         out.mkdir(parents=True, exist_ok=True)
         train_config = CodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, decoder_only=args.decoder_only,
-                                        delta_weight=args.delta_weight, lr=args.lr)
+                                        delta_weight=args.delta_weight, lr=args.lr or 2e-3)
         codec, log = train_codec(args.corpus, codec_config, train_config, progress, out / "train_log.jsonl", init)
     codec.save(out)
     err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
     return 0
 
 
+def _mel_codec_train(args: argparse.Namespace) -> int:
+    from tts.mel_codec import MelCodecConfig
+    from tts.mel_codec_train import MelCodecTrainConfig, train_mel_codec
+
+    stack = {86: 1, 43: 2, 21: 4, 22: 4}.get(round(args.frame_rate))
+    if stack is None:
+        raise ValueError(f"--frame-rate {args.frame_rate}: the mel codec runs at 86, 43 or 21.5 frames/s")
+    if args.out is None:
+        raise ValueError("--out is required for the mel codec (the shipped one is tts/assets/mel_codec)")
+    speakers = args.speakers.split(",") if args.speakers else None
+    train_config = MelCodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, speakers=speakers,
+                                       **({"lr": args.lr} if args.lr is not None else {}))
+    args.out.mkdir(parents=True, exist_ok=True)
+    with _progress() as progress:
+        codec, log = train_mel_codec(args.corpus, MelCodecConfig(stack=stack), train_config, progress,
+                                     args.out / "train_log.jsonl", checkpoint=args.out)
+    err.print(f"mel codec ({codec.frame_rate:.2f} frames/s) saved to {args.out}; validation: {log}")
+    return 0
+
+
 def _data_codes(args: argparse.Namespace) -> int:
-    from tts.codec import BuiltinCodec
+    from tts.codecs import load_codec
     from tts.codes import tokenize_manifest
     from tts.g2p import G2P
 
-    codec = BuiltinCodec.load(args.codec)
+    codec = load_codec(args.codec)
     g2p = G2P()
     with _progress() as progress:
         for manifest in args.manifests.split(","):
@@ -223,13 +253,23 @@ def _data_codes(args: argparse.Namespace) -> int:
 
 
 def _bench_codec(args: argparse.Namespace) -> int:
-    from tts.codec import BuiltinCodec
-    from tts.codec_bench import run_codec_bench
+    from tts.codec_bench import corpus_summary, manifest_clips, run_codec_bench, voice_clips
+    from tts.codecs import load_codec
 
-    codec = BuiltinCodec.load(args.codec)
+    codec = load_codec(args.codec)
+    speaker = None if args.speaker == "all" else args.speaker
+    if args.sentences:
+        clips = voice_clips(_read_sentences(args.sentences)[: args.limit], speaker or "piper_joe")
+        source = {"sentences": str(args.sentences)}
+    else:
+        if not args.manifest.exists():
+            raise FileNotFoundError(f"no manifest {args.manifest} (build a corpus with `s5 data build`, or pass --sentences FILE)")
+        clips = manifest_clips(args.manifest, args.limit, speaker)
+        voices, hours = corpus_summary(args.manifest.parent)
+        source = {"manifest": str(args.manifest), "voices": voices, "hours": round(hours, 2)}
     with _progress() as progress:
-        result = run_codec_bench(codec, args.manifest, args.limit, progress)
-    _print_result(result, args.json, "codec round trip")
+        result = run_codec_bench(codec, clips, progress)
+    _print_result({**result, **source, "speaker": speaker or "all"}, args.json, "codec round trip")
     return 0
 
 
@@ -262,7 +302,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     bundle = load_bundle(args.mode, args.model, args.codec)
     if args.sentences:
-        sentences = [l.strip() for l in args.sentences.read_text().splitlines() if l.strip()][: args.limit]
+        sentences = _read_sentences(args.sentences)[: args.limit]
     else:
         sentences = heldout_sentences(args.corpus, limit=args.limit)
     prompt = clip = None
@@ -362,9 +402,7 @@ def _distill(args: argparse.Namespace) -> int:
     if args.speakers:
         config.speakers = args.speakers.split(",")
     path = args.sentences or Path(__file__).resolve().parents[1] / "configs" / "distill_sentences.txt"
-    sentences = [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.startswith("#")]
-    if not sentences:
-        raise ValueError(f"no sentences in {path}")
+    sentences = _read_sentences(path)
     with _progress() as progress:
         result = distill(config, sentences, progress)
     d_text = result["d_text"]
@@ -476,6 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     features.add_argument("--per-speaker", type=int, default=None, help="at most N utterances per speaker and manifest")
     features.set_defaults(func=_codec_features)
     codec_train = codec_kinds.add_parser("train", help="train the FSQ codec on a corpus")
+    codec_train.add_argument("--kind", choices=["mel", "world"], default="mel",
+                             help="mel: FSQ over log-mel, voiced by HiFi-GAN (default); world: FSQ over WORLD features")
     codec_train.add_argument("--corpus", type=Path, required=True)
     codec_train.add_argument("--frame-rate", type=float, default=21.5, help="86, 43 or 21.5 frames/s")
     codec_train.add_argument("--minutes", type=float, default=25.0)
@@ -491,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="train only the decoder (the --init-from codec's codes stay valid)")
     codec_train.add_argument("--decoder-channels", type=int, default=None, help="decoder width (default: as the encoder)")
     codec_train.add_argument("--delta-weight", type=float, default=0.0, help="loss on the spectrum's frame-to-frame change")
-    codec_train.add_argument("--lr", type=float, default=2e-3)
+    codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-3 mel, 2e-3 world)")
+    codec_train.add_argument("--speakers", default="", help="mel: comma-separated voices to learn (default: all)")
     codec_train.set_defaults(func=_codec_train)
 
     say = commands.add_parser("say", help="speak a text through the streaming engine (plays, or writes a WAV)")
@@ -517,7 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.set_defaults(func=_bench_model)
     codec_bench = bench_kinds.add_parser("codec", help="codec round-trip quality and decoding speed")
     codec_bench.add_argument("--json", action="store_true")
-    codec_bench.add_argument("--manifest", type=Path, default=Path("corpus/val.jsonl"))
+    codec_bench.add_argument("--manifest", type=Path, default=Path("corpus/test.jsonl"), help="unseen sentences (default: the corpus's test split)")
+    codec_bench.add_argument("--speaker", default="piper_joe", help="the voice measured (the one the TTS speaks); 'all' for every voice")
+    codec_bench.add_argument("--sentences", type=Path, default=None, help="speak these (one per line) with --speaker instead of reading a manifest")
     codec_bench.add_argument("--codec", type=Path, default=None)
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .codec import BuiltinCodec
-from .codec_train import feature_path, load_audio
+from .codecs import Codec
 from .data import read_manifest
 from .g2p import G2P
-from .world import analyze
+from .mel_codec_train import corpus_features
 
 SHARD_SIZE = 500
 
@@ -43,7 +42,7 @@ def piper_frame_words(alignments: list, n_words: int, samples_per_frame: int, n_
 
 
 def tokenize_manifest(
-    corpus: Path, manifest: str, codec: BuiltinCodec, out: Path, g2p: G2P, progress=None, speakers: list[str] | None = None
+    corpus: Path, manifest: str, codec: Codec, out: Path, g2p: G2P, progress=None, speakers: list[str] | None = None
 ) -> int:
     """manifest (optionally only some speakers) -> out/MANIFEST-NNNN.npz shards (existing shards are kept)."""
     entries = [e for e in read_manifest(corpus / f"{manifest}.jsonl") if speakers is None or e.speaker in speakers]
@@ -59,9 +58,7 @@ def tokenize_manifest(
                 words, ids = g2p.encode_text(e.text)
                 if not ids:
                     continue
-                fpath = feature_path(corpus, e.audio_filepath)
-                features = np.load(fpath) if fpath.exists() else analyze(load_audio(corpus, e.audio_filepath))
-                codes = codec.encode_features(features).numpy().astype(np.int16)
+                codes = codec.encode_features(corpus_features(codec, corpus, e.audio_filepath)).numpy().astype(np.int16)
                 frame_words = None
                 if e.phoneme_alignments:
                     frame_words = piper_frame_words(e.phoneme_alignments, len(ids), codec.samples_per_frame, codes.shape[1])

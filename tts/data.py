@@ -96,6 +96,12 @@ class VoiceJob:
     splits: tuple[str, ...]
     seed: int
     out: str
+    shard: int = 0  # a voice's sentences split over `shards` workers: this one takes every shards-th
+    shards: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.voice if self.shards == 1 else f"{self.voice}-{self.shard}of{self.shards}"
 
 
 def plan_jobs(config: CorpusConfig, out: Path) -> list[VoiceJob]:
@@ -113,11 +119,14 @@ def plan_jobs(config: CorpusConfig, out: Path) -> list[VoiceJob]:
         rest = (1 - config.piper_share) / max(1, len(trained) - ("piper_joe" in trained)) if share is None else share
         jobs.append(VoiceJob(v, budget_trained * (rest if len(trained) > 1 else 1.0), SPLITS, config.seed, str(out)))
     jobs += [VoiceJob(v, budget_held, ("test",), config.seed, str(out)) for v in held]
+    if len(jobs) < config.workers:  # fewer voices than workers (a single-voice corpus): split each voice
+        jobs = [VoiceJob(j.voice, j.seconds / config.workers, j.splits, j.seed, j.out, shard, config.workers)
+                for j in jobs for shard in range(config.workers)]
     return jobs
 
 
-def _voice_progress(out: Path, voice: str) -> Path:
-    return out / "progress" / f"{voice}.jsonl"
+def _voice_progress(out: Path, job_name: str) -> Path:
+    return out / "progress" / f"{job_name}.jsonl"
 
 
 def run_voice_job(job: VoiceJob, report: Callable[[str, float], None] | None = None) -> None:
@@ -125,7 +134,7 @@ def run_voice_job(job: VoiceJob, report: Callable[[str, float], None] | None = N
     appended after every utterance, and what it lists is skipped)."""
     out = Path(job.out)
     voice = VOICES[job.voice]
-    progress_path = _voice_progress(out, job.voice)
+    progress_path = _voice_progress(out, job.name)
     done: dict[str, dict] = {}
     if progress_path.exists():
         for line in progress_path.read_text().splitlines():
@@ -136,7 +145,7 @@ def run_voice_job(job: VoiceJob, report: Callable[[str, float], None] | None = N
                 continue  # a line cut short by an interruption
     seconds = sum(r["duration"] for r in done.values())
     if report:
-        report(job.voice, seconds)
+        report(job.name, seconds)
     if seconds >= job.seconds:
         return
     sentences = [s for s in speakable_sentences() if sentence_split(s) in job.splits]
@@ -146,6 +155,8 @@ def run_voice_job(job: VoiceJob, report: Callable[[str, float], None] | None = N
         for index, sentence in enumerate(sentences):
             if seconds >= job.seconds:
                 break
+            if index % job.shards != job.shard:
+                continue
             rel = f"wavs/{job.voice}/{index:06d}.wav"
             if rel in done:
                 continue
@@ -162,12 +173,12 @@ def run_voice_job(job: VoiceJob, report: Callable[[str, float], None] | None = N
             log.flush()
             seconds += duration
             if report:
-                report(job.voice, seconds)
+                report(job.name, seconds)
 
 
 def _worker(job: VoiceJob, queue) -> None:
-    run_voice_job(job, lambda voice, seconds: queue.put((voice, seconds)))
-    queue.put((job.voice, None))
+    run_voice_job(job, lambda name, seconds: queue.put((name, seconds)))
+    queue.put((job.name, None))
 
 
 def build_corpus(config: CorpusConfig, out: Path, progress=None) -> dict[str, int]:
@@ -179,7 +190,7 @@ def build_corpus(config: CorpusConfig, out: Path, progress=None) -> dict[str, in
     if unavailable:
         raise RuntimeError(f"voices not installed: {', '.join(unavailable)}; install them with: apt-get install -y {APT_PACKAGES}")
     (out / "corpus.json").write_text(json.dumps(asdict(config), indent=1))
-    tasks = {j.voice: progress.add_task(j.voice, total=j.seconds) for j in jobs} if progress else {}
+    tasks = {j.name: progress.add_task(j.name, total=j.seconds) for j in jobs} if progress else {}
     ctx = mp.get_context("spawn")
     queue = ctx.Manager().Queue()
     with ctx.Pool(config.workers) as pool:

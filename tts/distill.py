@@ -2,7 +2,7 @@
 teacher into an S5-TTS student.
 
 - D_audio: the paired corpus; the teacher's soft labels come from a teacher-forced pass over the same batch.
-- D_text: text-only sentences the teacher speaks by sampling; a sample is kept only when pocketsphinx transcribes it
+- D_text: text-only sentences the teacher speaks by sampling; a sample is kept only when the ASR (Whisper tiny.en) transcribes it
   with zero WER. Its frame-to-word alignment comes from the synthesizer itself (the words it completed).
 - Loss = hidden_weight * MSE(final decoder hidden states) + kl_weight * KL(teacher || student) + CE (+ the
   student's alignment losses); one D_audio and one D_text mini-batch inside every gradient-accumulation cycle.
@@ -92,7 +92,7 @@ def distill_losses(student: S5TTS, teacher: S5TTS, batch, config: DistillConfig)
 # ---- D_text -----------------------------------------------------------------------------------------------------
 def teacher_text_set(teacher: TTSBundle, sentences: list[str], asr_filter: bool = True, seed: int = 0,
                      progress=None) -> tuple[list[TokenizedUtterance], dict]:
-    """Teacher samples of text-only sentences; with asr_filter only those pocketsphinx transcribes exactly."""
+    """Teacher samples of text-only sentences; with asr_filter only those the ASR transcribes exactly."""
     if asr_filter:
         from .metrics import error_rates, transcribe
     kept: list[TokenizedUtterance] = []
@@ -116,7 +116,7 @@ def teacher_text_set(teacher: TTSBundle, sentences: list[str], asr_filter: bool 
 
 # ---- training ---------------------------------------------------------------------------------------------------
 def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
-    teacher_model, symbols, _ = load_exported(Path(config.teacher))
+    teacher_model, symbols, teacher_meta = load_exported(Path(config.teacher))
     if teacher_model.config.lookahead_words is not None:
         raise ValueError(f"the teacher in {config.teacher} is not full-context (lookahead_words must be null)")
     student_model, _, _ = load_exported(Path(config.student))
@@ -124,9 +124,9 @@ def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
         raise ValueError(f"the student in {config.student} is full-context; distillation needs an S5 model")
     if teacher_model.config.d_model != student_model.config.d_model:
         raise ValueError("teacher and student need the same d_model (hidden-state MSE)")
-    from .codec import BuiltinCodec
+    from .codecs import load_codec
 
-    teacher = TTSBundle(teacher_model, symbols, BuiltinCodec.load())
+    teacher = TTSBundle(teacher_model, symbols, load_codec(teacher_meta.get("train", {}).get("codec_dir")))
     audio_set = load_tokenized(Path(config.data), "train")
     if config.speakers:
         audio_set = [u for u in audio_set if u.speaker in config.speakers]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .codec import BuiltinCodec
+from .codecs import Codec, load_codec
 from .g2p import G2P, SymbolTable
 from .incremental import DecoderState, IncrementalEncoder, decode_step
 from .model import S5TTS
@@ -68,7 +68,7 @@ class VoicePrompt:
 class TTSBundle:
     """Everything one voice needs, loaded once per process: model, symbols, G2P, codec."""
 
-    def __init__(self, model: S5TTS, symbols: SymbolTable, codec: BuiltinCodec, g2p: G2P | None = None):
+    def __init__(self, model: S5TTS, symbols: SymbolTable, codec: Codec, g2p: G2P | None = None):
         self.model = model.eval()
         self.symbols = symbols
         self.codec = codec
@@ -80,8 +80,8 @@ class TTSBundle:
     def load(cls, model_dir: Path | str, codec_dir: Path | str | None = None) -> "TTSBundle":
         from .train import load_exported
 
-        model, symbols, _ = load_exported(Path(model_dir))
-        return cls(model, symbols, BuiltinCodec.load(codec_dir))
+        model, symbols, meta = load_exported(Path(model_dir))
+        return cls(model, symbols, load_codec(codec_dir or meta.get("train", {}).get("codec_dir")))
 
 
 class UtteranceSynthesizer:

@@ -257,12 +257,12 @@ class Trainer:
     def write_samples(self, texts: list[str]) -> list[Path]:
         """Speak texts with the current weights (a CPU copy) into out/samples/stepNNNNNN_i.wav, so a run can be
         listened to while it trains. Skipped when the codec's code space does not match the model's."""
-        from .codec import BuiltinCodec
+        from .codecs import load_codec
         from .synthesis import SynthesisConfig, TTSBundle, synthesize_text
         from .voices import write_wav
 
         if self._sample_codec is None:  # loaded once per run
-            self._sample_codec = BuiltinCodec.load(self.config.codec_dir or None)
+            self._sample_codec = load_codec(self.config.codec_dir)
         codec, mc = self._sample_codec, self.model.config
         if (codec.num_codebooks, codec.codebook_size) != (mc.num_codebooks, mc.codebook_size):
             return []

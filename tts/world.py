@@ -9,6 +9,8 @@ import warnings
 
 import numpy as np
 
+from .mel import time_stretch  # noqa: F401  (frames of any kind; the streaming decoders use it)
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # pyworld imports pkg_resources
     import pyworld
@@ -105,18 +107,3 @@ def synthesize(features: np.ndarray) -> np.ndarray:
     return out
 
 
-def time_stretch(features: np.ndarray, factor: float, previous: np.ndarray | None = None) -> np.ndarray:
-    """Slow speech down (factor > 1) without changing its pitch: (n, D) frames -> (round(n * factor), D) frames
-    linearly interpolated in time. `previous` (the frame before these, if any) keeps consecutive chunks continuous.
-    factor 1 returns the frames unchanged."""
-    n = len(features)
-    m = max(1, round(n * factor)) if n else 0
-    if m == n:
-        return features
-    frames = features if previous is None else np.concatenate([previous[None], features])
-    offset = 0 if previous is None else 1
-    positions = np.clip((np.arange(m) + 1) * (n / m) - 1 + offset, 0, len(frames) - 1)  # last one lands on n - 1
-    low = np.floor(positions).astype(int)
-    high = np.minimum(low + 1, len(frames) - 1)
-    weight = (positions - low)[:, None].astype(np.float32)
-    return (frames[low] * (1 - weight) + frames[high] * weight).astype(np.float32)

