@@ -290,6 +290,9 @@ def _train(args: argparse.Namespace) -> int:
         config.threads = args.threads
     if args.init_from:
         config.init_from = str(args.init_from)
+    elif args.restart_schedule:
+        raise ValueError("--restart-schedule goes with --init-from")
+    config.restart_schedule = args.restart_schedule
     with _progress() as progress:
         step = train(model_config, config, progress)
     err.print(f"trained to step {step}; checkpoint and export in {config.out}")
@@ -475,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--speakers", default="", help="comma-separated training speakers (default: all)")
     train.add_argument("--threads", type=int, default=0)
     train.add_argument("--init-from", type=Path, default=None, help="start a new run from exported weights (e.g. tts/assets/models/s5_default)")
+    train.add_argument("--restart-schedule", action="store_true", help="with --init-from: start at step 0 (warm-up and prior anew; for a new codec)")
     train.set_defaults(func=_train)
 
     dist = commands.add_parser("distill", help="IMSD: distil a full-context T5 teacher into an S5 student")

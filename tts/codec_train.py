@@ -19,11 +19,16 @@ from .voices import SAMPLE_RATE, read_wav, resample
 MANIFESTS = ("train", "val", "test", "zeroshot")
 
 
-def feature_path(corpus: Path, audio_filepath: str) -> Path:
+def cache_path(corpus: Path, audio_filepath: str, folder: str) -> Path:
+    """corpus/folder/<the audio's path>.npy: where per-utterance features are cached (external audio under external/)."""
     rel = Path(audio_filepath)
     if rel.is_absolute():
         rel = Path("external") / rel.relative_to(rel.anchor)
-    return corpus / "features" / rel.with_suffix(".npy")
+    return corpus / folder / rel.with_suffix(".npy")
+
+
+def feature_path(corpus: Path, audio_filepath: str) -> Path:
+    return cache_path(corpus, audio_filepath, "features")
 
 
 def load_audio(corpus: Path, audio_filepath: str) -> np.ndarray:

@@ -11,21 +11,14 @@ import numpy as np
 import torch
 
 from . import mel
-from .codec_train import load_audio, random_segments
+from .codec_train import cache_path, load_audio, random_segments
 from .data import read_manifest
 from .mel_codec import MelCodec, MelCodecConfig, MelCodecModel, mel_codec_loss
 
 
-def mel_path(corpus: Path, audio_filepath: str) -> Path:
-    rel = Path(audio_filepath)
-    if rel.is_absolute():
-        rel = Path("external") / rel.relative_to(rel.anchor)
-    return corpus / "mels" / rel.with_suffix(".npy")
-
-
 def cached_log_mel(corpus: Path, audio_filepath: str) -> np.ndarray:
     """(T, 80) float32 log-mel of one corpus utterance, computed once and kept beside the corpus in fp16."""
-    path = mel_path(corpus, audio_filepath)
+    path = cache_path(corpus, audio_filepath, "mels")
     if path.exists():
         return np.load(path).astype(np.float32)
     features = mel.log_mel(load_audio(corpus, audio_filepath))
@@ -42,9 +35,8 @@ def corpus_features(codec, corpus: Path, audio_filepath: str) -> np.ndarray:
     if isinstance(codec, MelCodec):
         return cached_log_mel(corpus, audio_filepath)
     from . import world
-    from .codec_train import feature_path
 
-    path = feature_path(corpus, audio_filepath)
+    path = cache_path(corpus, audio_filepath, "features")
     return np.load(path) if path.exists() else world.analyze(load_audio(corpus, audio_filepath))
 
 

@@ -53,6 +53,7 @@ class TrainConfig:
     seed: int = 0
     threads: int = 0  # torch CPU threads (0: torch's default)
     init_from: str = ""  # exported weights to start a new run from (fresh optimizer; the step count carries on)
+    restart_schedule: bool = False  # with init_from: start at step 0 (warm-up, prior, schedule anew), e.g. on a new codec
 
 
 def load_train_config(path: str | Path) -> tuple[ModelConfig, TrainConfig]:
@@ -210,7 +211,7 @@ class Trainer:
         if not path.exists() and self.config.init_from:  # continue a released model in a new session
             model, _, meta = load_exported(Path(self.config.init_from))
             self.model.load_state_dict(model.state_dict())
-            self.step = int(meta.get("step", 0))
+            self.step = 0 if self.config.restart_schedule else int(meta.get("step", 0))
             return
         if path.exists():
             state = torch.load(path, map_location=self.device, weights_only=False)

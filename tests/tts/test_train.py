@@ -86,6 +86,11 @@ def test_train_resume_and_export(tmp_path):
     assert fresh.step == 6
     for name, value in model.state_dict().items():
         assert torch.allclose(fresh.model.state_dict()[name].float(), value.float())
+    # ... or, for a new codec, the same weights with the schedule (warm-up, prior) started anew
+    restarted = Trainer(tiny_config(2), TrainConfig(data=config.data, out=str(tmp_path / "new_codec"), max_steps=10,
+                                                    init_from=str(tmp_path / "run" / "export"), restart_schedule=True))
+    assert restarted.step == 0
+    assert torch.equal(restarted.model.state_dict()["aux_attention.audio_proj.2.weight"], fresh.model.state_dict()["aux_attention.audio_proj.2.weight"])
 
 
 @pytest.mark.slow
