@@ -268,7 +268,7 @@ def _bench_codec(args: argparse.Namespace) -> int:
         voices, hours = corpus_summary(args.manifest.parent)
         source = {"manifest": str(args.manifest), "voices": voices, "hours": round(hours, 2)}
     with _progress() as progress:
-        result = run_codec_bench(codec, clips, progress)
+        result = run_codec_bench(codec, clips, progress, quality=not args.no_quality)
     _print_result({**result, **source, "speaker": speaker or "all"}, args.json, "codec round trip")
     return 0
 
@@ -565,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec_bench.add_argument("--manifest", type=Path, default=Path("corpus/test.jsonl"), help="unseen sentences (default: the corpus's test split)")
     codec_bench.add_argument("--speaker", default="piper_joe", help="the voice measured (the one the TTS speaks); 'all' for every voice")
     codec_bench.add_argument("--sentences", type=Path, default=None, help="speak these (one per line) with --speaker instead of reading a manifest")
+    codec_bench.add_argument("--no-quality", action="store_true", help="decoding speed only (no ASR, similarity, DNSMOS)")
     codec_bench.add_argument("--codec", type=Path, default=None)
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)
