@@ -238,10 +238,11 @@ def _mel_codec_train(args: argparse.Namespace) -> int:
 
 def _data_codes(args: argparse.Namespace) -> int:
     from tts.codecs import load_codec
-    from tts.codes import tokenize_manifest
+    from tts.codes import record_codec, tokenize_manifest
     from tts.g2p import G2P
 
     codec = load_codec(args.codec)
+    record_codec(args.out, str(args.codec or ""))
     g2p = G2P()
     with _progress() as progress:
         for manifest in args.manifests.split(","):
@@ -292,6 +293,8 @@ def _train(args: argparse.Namespace) -> int:
         config.init_from = str(args.init_from)
     elif args.restart_schedule:
         raise ValueError("--restart-schedule goes with --init-from")
+    if args.codec:
+        config.codec_dir = str(args.codec)
     config.restart_schedule = args.restart_schedule
     with _progress() as progress:
         step = train(model_config, config, progress)
@@ -478,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--speakers", default="", help="comma-separated training speakers (default: all)")
     train.add_argument("--threads", type=int, default=0)
     train.add_argument("--init-from", type=Path, default=None, help="start a new run from exported weights (e.g. tts/assets/models/s5_default)")
+    train.add_argument("--codec", type=Path, default=None, help="the codec the data was tokenised with (for audio samples and the export); default: the config's")
     train.add_argument("--restart-schedule", action="store_true", help="with --init-from: start at step 0 (warm-up and prior anew; for a new codec)")
     train.set_defaults(func=_train)
 

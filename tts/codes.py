@@ -71,6 +71,20 @@ def tokenize_manifest(
     return len(entries)
 
 
+def record_codec(out: Path, codec_dir: str) -> None:
+    """Tokens name the codec that made them (out/codec.json), so training and exports know how to decode them."""
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.glob("*.npz")) and tokens_codec_dir(out) != codec_dir:
+        raise ValueError(f"{out} holds tokens of another codec ({tokens_codec_dir(out) or 'the default'}); use a new folder")
+    (out / "codec.json").write_text(json.dumps({"codec_dir": codec_dir}) + "\n")
+
+
+def tokens_codec_dir(directory: Path) -> str:
+    """The codec folder recorded with tokenised data ("" when none was: the shipped default)."""
+    path = Path(directory) / "codec.json"
+    return json.loads(path.read_text()).get("codec_dir", "") if path.exists() else ""
+
+
 def save_shard(path: Path, utterances: list[TokenizedUtterance]) -> None:
     meta = [{"text": u.text, "speaker": u.speaker, "word_lens": [len(w) for w in u.words],
              "frames": int(u.codes.shape[1]), "has_frame_words": u.frame_words is not None} for u in utterances]

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from .codes import TokenizedUtterance, load_tokenized
+from .codes import TokenizedUtterance, load_tokenized, tokens_codec_dir
 from .config import ModelConfig, from_dict, resolve_config_path
 from .g2p import SymbolTable
 from .model import TEXT_BOS, TEXT_EOS, S5TTS, Batch
@@ -325,6 +325,9 @@ def train(model_config: ModelConfig, config: TrainConfig, progress=None) -> int:
         val_set = [u for u in val_set if u.speaker in config.speakers]
     if not train_set:
         raise FileNotFoundError(f"no training utterances in {config.data} (run `s5 data codes`)")
+    made_with = tokens_codec_dir(Path(config.data))
+    if not config.codec_dir and made_with:
+        config.codec_dir = made_with  # the export names the codec its codes belong to
     trainer = Trainer(model_config, config, progress)
     step = trainer.fit(train_set, val_set or train_set[:32])
     if trainer.distributed:

@@ -104,3 +104,15 @@ def test_codec_bench_measures_the_round_trip(tiny_codec):
     assert result["n"] == 2 and result["frame_rate"] == 21.53 and result["bitrate_bps"] == 1717
     assert result["wer_original"] <= 20 < result["wer_roundtrip"]
     assert result["decode_rtf"] > 0 and result["stream_decode_rtf"] > 0
+
+
+def test_tokens_name_their_codec(tmp_path):
+    from tts.codes import record_codec, tokens_codec_dir
+
+    assert tokens_codec_dir(tmp_path) == ""
+    record_codec(tmp_path, "tts/assets/mel_codec")
+    assert tokens_codec_dir(tmp_path) == "tts/assets/mel_codec"
+    (tmp_path / "train-0000.npz").write_bytes(b"")
+    record_codec(tmp_path, "tts/assets/mel_codec")  # the same codec may add shards
+    with pytest.raises(ValueError, match="another codec"):
+        record_codec(tmp_path, "")
