@@ -141,7 +141,9 @@ def _data_build(args: argparse.Namespace) -> int:
 
     from tts.data import CorpusConfig, build_corpus
 
-    config = CorpusConfig(hours=args.hours, seed=args.seed, workers=args.workers)
+    if args.text and not args.text.exists():
+        raise FileNotFoundError(f"no text file {args.text}")
+    config = CorpusConfig(hours=args.hours, seed=args.seed, workers=args.workers, text_file=str(args.text or ""))
     if args.voices:
         config.voices = args.voices.split(",")
         config.held_out = [v for v in config.held_out if v in config.voices]
@@ -149,6 +151,15 @@ def _data_build(args: argparse.Namespace) -> int:
     with Progress(*columns, console=err) as progress:
         counts = build_corpus(config, args.out, progress)
     err.print(f"corpus in {args.out}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    return 0
+
+
+def _data_replies(args: argparse.Namespace) -> int:
+    from agent.replies import write_replies
+
+    with _progress() as progress:
+        n = write_replies(args.out, args.count, args.seed, progress)
+    err.print(f"{n} speakable reply sentences in {args.out}")
     return 0
 
 
@@ -457,7 +468,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--workers", type=int, default=2)
     build.add_argument("--voices", default="", help="comma-separated voice names (default: all)")
+    build.add_argument("--text", type=Path, default=None, help="speak this file's sentences (one per line) instead of fortunes; added to the same corpus")
     build.set_defaults(func=_data_build)
+    replies = data_kinds.add_parser("replies", help="conversational replies by the embedded LLM, as corpus text")
+    replies.add_argument("--out", type=Path, default=Path("configs/llm_replies.txt"))
+    replies.add_argument("--count", type=int, default=400, help="questions asked")
+    replies.add_argument("--seed", type=int, default=0)
+    replies.set_defaults(func=_data_replies)
     imp = data_kinds.add_parser("import", help="LibriTTS- or HiFiTTS-style directory to manifests")
     imp.add_argument("kind", choices=["libritts", "hifitts"])
     imp.add_argument("root", type=Path)

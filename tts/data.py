@@ -87,6 +87,7 @@ class CorpusConfig:
     piper_share: float = 0.4  # the default voice gets this share of the hours
     held_out_share: float = 0.02
     workers: int = 2
+    text_file: str = ""  # sentences to speak, one per line ('#' comments skipped); "" = Debian's fortunes
 
 
 @dataclass
@@ -98,10 +99,22 @@ class VoiceJob:
     out: str
     shard: int = 0  # a voice's sentences split over `shards` workers: this one takes every shards-th
     shards: int = 1
+    text_file: str = ""  # "" = fortunes; otherwise the job speaks this file's sentences, under a name of its own
+
+    @property
+    def folder(self) -> str:
+        """wavs/<folder>/: the voice, plus the text file's stem when it speaks one"""
+        return self.voice + (f"-{Path(self.text_file).stem}" if self.text_file else "")
 
     @property
     def name(self) -> str:
-        return self.voice if self.shards == 1 else f"{self.voice}-{self.shard}of{self.shards}"
+        return self.folder if self.shards == 1 else f"{self.folder}-{self.shard}of{self.shards}"
+
+    def sentences(self) -> list[str]:
+        if not self.text_file:
+            return speakable_sentences()
+        lines = [l.strip() for l in Path(self.text_file).read_text().splitlines()]
+        return list(dict.fromkeys(l for l in lines if l and not l.startswith("#")))
 
 
 def plan_jobs(config: CorpusConfig, out: Path) -> list[VoiceJob]:
@@ -117,10 +130,11 @@ def plan_jobs(config: CorpusConfig, out: Path) -> list[VoiceJob]:
     for v in trained:
         share = config.piper_share if v == "piper_joe" and len(trained) > 1 else None
         rest = (1 - config.piper_share) / max(1, len(trained) - ("piper_joe" in trained)) if share is None else share
-        jobs.append(VoiceJob(v, budget_trained * (rest if len(trained) > 1 else 1.0), SPLITS, config.seed, str(out)))
-    jobs += [VoiceJob(v, budget_held, ("test",), config.seed, str(out)) for v in held]
+        jobs.append(VoiceJob(v, budget_trained * (rest if len(trained) > 1 else 1.0), SPLITS, config.seed, str(out),
+                             text_file=config.text_file))
+    jobs += [VoiceJob(v, budget_held, ("test",), config.seed, str(out), text_file=config.text_file) for v in held]
     if len(jobs) < config.workers:  # fewer voices than workers (a single-voice corpus): split each voice
-        jobs = [VoiceJob(j.voice, j.seconds / config.workers, j.splits, j.seed, j.out, shard, config.workers)
+        jobs = [VoiceJob(j.voice, j.seconds / config.workers, j.splits, j.seed, j.out, shard, config.workers, j.text_file)
                 for j in jobs for shard in range(config.workers)]
     return jobs
 
@@ -148,16 +162,16 @@ def run_voice_job(job: VoiceJob, report: Callable[[str, float], None] | None = N
         report(job.name, seconds)
     if seconds >= job.seconds:
         return
-    sentences = [s for s in speakable_sentences() if sentence_split(s) in job.splits]
+    sentences = [s for s in job.sentences() if sentence_split(s) in job.splits]
     random.Random(f"{job.seed}-{job.voice}").shuffle(sentences)
-    (out / "wavs" / job.voice).mkdir(parents=True, exist_ok=True)
+    (out / "wavs" / job.folder).mkdir(parents=True, exist_ok=True)
     with progress_path.open("a") as log:
         for index, sentence in enumerate(sentences):
             if seconds >= job.seconds:
                 break
             if index % job.shards != job.shard:
                 continue
-            rel = f"wavs/{job.voice}/{index:06d}.wav"
+            rel = f"wavs/{job.folder}/{index:06d}.wav"
             if rel in done:
                 continue
             try:

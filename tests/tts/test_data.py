@@ -85,6 +85,15 @@ def test_a_single_voice_corpus_is_split_over_the_workers(tmp_path):
         len(read_manifest(tmp_path / "test.jsonl")) == len(texts[0]) + len(texts[1])
 
 
+def test_a_text_file_adds_its_sentences_to_the_corpus(tmp_path):
+    text = tmp_path / "replies.txt"
+    text.write_text("# a comment\nSure, I can help with that today.\nThe train leaves at seven.\n\nSure, I can help with that today.\n")
+    counts = build_corpus(CorpusConfig(hours=0.1, voices=["espeak_us_m"], held_out=[], workers=1, text_file=str(text)), tmp_path)
+    entries = [e for name in ("train", "val", "test") for e in read_manifest(tmp_path / f"{name}.jsonl")]
+    assert sorted(e.text for e in entries) == ["Sure, I can help with that today.", "The train leaves at seven."]
+    assert all(e.audio_filepath.startswith("wavs/espeak_us_m-replies/") for e in entries) and sum(counts.values()) == 2
+
+
 def test_unknown_voice_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="unknown voices: nope"):
         build_corpus(CorpusConfig(hours=0.01, voices=["nope"]), tmp_path)
