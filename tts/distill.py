@@ -2,8 +2,8 @@
 teacher into an S5-TTS student.
 
 - D_audio: the paired corpus; the teacher's soft labels come from a teacher-forced pass over the same batch.
-- D_text: text-only sentences the teacher speaks by sampling; a sample is kept only when the ASR (Whisper tiny.en) transcribes it
-  with zero WER. Its frame-to-word alignment comes from the synthesizer itself (the words it completed).
+- D_text: text-only sentences the teacher speaks by sampling; a sample is kept only when the ASR (Whisper tiny.en)
+  transcribes it with zero WER. Its frame-to-word alignment comes from the synthesizer itself (the words it completed).
 - Loss = hidden_weight * MSE(final decoder hidden states) + kl_weight * KL(teacher || student) + CE (+ the
   student's alignment losses); one D_audio and one D_text mini-batch inside every gradient-accumulation cycle.
 """
