@@ -289,6 +289,10 @@ def _bench_codec(args: argparse.Namespace) -> int:
     from tts.codecs import load_codec
 
     codec = load_codec(args.codec)
+    if args.vocoder:
+        if not hasattr(codec, "use_vocoder"):
+            raise ValueError("--vocoder: this codec has no neural vocoder (the mel codec has)")
+        codec.use_vocoder(args.vocoder)
     speaker = None if args.speaker == "all" else args.speaker
     if args.sentences:
         clips = voice_clips(_read_sentences(args.sentences)[: args.limit], speaker or "piper_joe")
@@ -301,7 +305,8 @@ def _bench_codec(args: argparse.Namespace) -> int:
         source = {"manifest": str(args.manifest), "voices": voices, "hours": round(hours, 2)}
     with _progress() as progress:
         result = run_codec_bench(codec, clips, progress, quality=not args.no_quality)
-    _print_result({**result, **source, "speaker": speaker or "all"}, args.json, "codec round trip")
+    vocoder = {"vocoder": codec.config.vocoder} if hasattr(codec, "use_vocoder") else {}
+    _print_result({**result, **source, **vocoder, "speaker": speaker or "all"}, args.json, "codec round trip")
     return 0
 
 
@@ -619,6 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec_bench.add_argument("--sentences", type=Path, default=None, help="speak these (one per line) with --speaker instead of reading a manifest")
     codec_bench.add_argument("--no-quality", action="store_true", help="decoding speed only (no ASR, similarity, DNSMOS)")
     codec_bench.add_argument("--codec", type=Path, default=None)
+    codec_bench.add_argument("--vocoder", default=None, help="voice the mel codec with this vocoder: 'universal' or a folder")
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)
     tts_bench = bench_kinds.add_parser("tts", help="s5, t5 and sentence mode side by side: latency, rtf, underruns")

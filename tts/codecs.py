@@ -7,8 +7,8 @@ from pathlib import Path
 
 from .codec import DEFAULT_CODEC_DIR, BuiltinCodec
 from .mel_codec import MelCodec
+from .paths import repo_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 Codec = BuiltinCodec | MelCodec
 
 
@@ -17,8 +17,7 @@ def resolve_codec_dir(directory: Path | str | None) -> Path:
     (exports name their codec as `tts/assets/...`)."""
     if not directory:
         return DEFAULT_CODEC_DIR
-    path = Path(directory)
-    return path if path.is_absolute() or path.exists() else REPO_ROOT / path
+    return repo_path(directory)
 
 
 def load_codec(directory: Path | str | None = None) -> Codec:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from . import mel
 from .fsq import FSQ
 from .streaming_conv import StreamConv1d, StreamConvTranspose1d, StreamState, aligned_sum
-from .vocoder import Vocoder, load_vocoder
+from .vocoder import UNIVERSAL, Vocoder, load_vocoder
 
 
 @dataclass
@@ -33,6 +33,7 @@ class MelCodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead
+    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1) or a distilled vocoder's folder, from the repo root
 
     @property
     def codebook_size(self) -> int:
@@ -150,8 +151,13 @@ class MelCodec:
     def vocoder(self) -> Vocoder:
         """Loaded on first use (training and encoding never need it)."""
         if self._vocoder is None:
-            self._vocoder = load_vocoder()
+            self._vocoder = load_vocoder(self.config.vocoder)
         return self._vocoder
+
+    def use_vocoder(self, name: str) -> None:
+        """Voice this codec with another vocoder ("universal" or a folder), e.g. to compare two side by side."""
+        self.config = replace(self.config, vocoder=str(name))
+        self._vocoder = load_vocoder(self.config.vocoder)
 
     @classmethod
     def load(cls, directory: Path | str) -> "MelCodec":

@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import mel
+from .paths import repo_path
 from .streaming_conv import StreamConv1d, StreamConvTranspose1d, StreamState, aligned_sum
 
 LRELU_SLOPE = 0.1
@@ -123,7 +124,7 @@ class Vocoder:
             return cls(generator)
         from safetensors.torch import load_file
 
-        folder = Path(name)
+        folder = repo_path(name)
         if not (folder / "vocoder.safetensors").exists():
             raise FileNotFoundError(f"no vocoder in {folder} (vocoder.safetensors missing)")
         generator = Generator(VocoderConfig(**json.loads((folder / "vocoder.json").read_text())))
@@ -178,6 +179,6 @@ class StreamingVocoder:
 
 @lru_cache(maxsize=2)
 def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
-    """One read-only vocoder per process (loading the 56 MB checkpoint takes about a second); streams keep their
+    """One read-only vocoder per name and process (loading the 56 MB checkpoint takes about a second); streams keep their
     own state."""
     return Vocoder.load(name)

@@ -113,3 +113,49 @@ def test_vocoder_keeps_the_words():
     audio, rate = read_wav(FIXTURE)
     wer, _ = error_rates(["The quick brown fox jumps over the lazy dog."], [transcribe(load_vocoder()(mel.log_mel(audio)), rate)])
     assert wer <= 20
+
+
+def test_student_keeps_the_teachers_layers(vocoder):
+    """A student with every kernel is the teacher; one without kernel 11 keeps the other layers' weights."""
+    from tts.vocoder_train import student_from_teacher
+
+    x = torch.randn(1, 80, 12) - 5
+    same = student_from_teacher(vocoder.generator, [3, 7, 11])
+    with torch.no_grad():
+        assert torch.equal(same(x), vocoder.generator(x))
+    student = student_from_teacher(vocoder.generator, [3, 7])
+    assert len(student.resblocks) == 8 and student.config.resblock_kernel_sizes == [3, 7]
+    assert torch.equal(student.resblocks[3].convs1[0].weight, vocoder.generator.resblocks[4].convs1[0].weight)  # stage 1, k=7
+    with pytest.raises(ValueError, match="kernel"):
+        student_from_teacher(vocoder.generator, [5])
+
+
+def test_distilled_vocoder_saves_loads_and_streams(vocoder, tmp_path):
+    from tts.vocoder_train import student_from_teacher
+
+    student = Vocoder(student_from_teacher(vocoder.generator, [3]))
+    student.save(tmp_path / "voc")
+    loaded = load_vocoder(str(tmp_path / "voc"))
+    assert loaded.generator.config.resblock_kernel_sizes == [3]
+    features = mel.log_mel(read_wav(FIXTURE)[0][:9000])
+    stream = loaded.streaming()
+    streamed = np.concatenate([stream.push(features[i : i + 5]) for i in range(0, len(features), 5)] + [stream.flush()])
+    assert np.abs(streamed - loaded(features)).max() < 1e-4
+    reference = student(features)
+    assert np.abs(loaded(features) - reference).mean() < 0.02 * np.abs(reference).mean()  # fp16 weights
+    assert loaded.lookahead_frames < vocoder.lookahead_frames  # no kernel-11 resblocks: less right context
+    with pytest.raises(FileNotFoundError, match="vocoder"):
+        Vocoder.load(tmp_path / "missing")
+
+
+def test_distillation_losses_fall_to_zero_on_the_teacher():
+    from tts.vocoder_train import distill_losses
+
+    torch.manual_seed(0)
+    target = torch.randn(2, 4096) * 0.1
+    assert all(float(v) < 1e-3 for v in distill_losses(target.clone(), target).values())
+    noisy = distill_losses(target + 0.05 * torch.randn_like(target), target)
+    assert float(noisy["total"]) > 0.1
+    y = target.clone().requires_grad_()
+    distill_losses(y * 0.5, target)["total"].backward()
+    assert torch.isfinite(y.grad).all()
