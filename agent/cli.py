@@ -14,7 +14,7 @@ err = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the 
 
 
 def _bench_model(args: argparse.Namespace) -> int:
-    from tts.bench import ModelBenchConfig, run_model_bench
+    from tts.eval.model_bench import ModelBenchConfig, run_model_bench
 
     bench = ModelBenchConfig(config=args.config, decode_frames=args.frames)
     with Progress(console=err, transient=True) as progress:
@@ -23,45 +23,30 @@ def _bench_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent_settings(path: Path | None) -> dict:
-    import yaml
-
-    path = path or Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"no agent config at {path}")
-    return yaml.safe_load(path.read_text()) or {}
-
-
-def _agent_config(settings: dict, mode: str, records_path: Path | None):
+def _agent_config(settings, mode: str, records_path: Path | None):
     from agent.orchestrator import AgentConfig
-    from tts.synthesis import SynthesisConfig
 
-    tts = settings.get("tts") or {}
-    return AgentConfig(
-        tts_mode=mode, system_prompt=settings.get("system_prompt") or AgentConfig.system_prompt,
-        history_turns=int(settings.get("history_turns", 8)), emit_every=tts.get("emit_every"),
-        synthesis=SynthesisConfig(top_k=int(tts.get("top_k", SynthesisConfig.top_k)),
-                                  temperature=float(tts.get("temperature", SynthesisConfig.temperature))),
-        max_stretch=_max_stretch(tts.get("max_stretch"), "tts.max_stretch in the agent config"), records_path=records_path,
-    )
+    return AgentConfig(tts_mode=mode, system_prompt=settings.system_prompt, history_turns=settings.history_turns,
+                       emit_every=settings.tts.emit_every, synthesis=settings.tts.synthesis(),
+                       max_stretch=settings.tts.max_stretch, records_path=records_path)
 
 
 def _chat(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agent.config import load_agent_settings
     from agent.session import chat, load_bundles, pick_llm
     from audio_io.sinks import WavSink, open_sink
 
-    settings = _agent_settings(args.config)
-    llm_settings, audio = settings.get("llm") or {}, settings.get("audio") or {}
-    mode = args.tts or (settings.get("tts") or {}).get("mode", "s5")
+    settings = load_agent_settings(args.config)
+    mode = args.tts or settings.tts.mode
     bundles = load_bundles([mode])
     rate = bundles[mode].codec.sample_rate
     out_dir = args.out
-    output = "wav" if out_dir else audio.get("output", "auto")
+    output = "wav" if out_dir else settings.audio.output
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    sink = open_sink(output, rate, (out_dir or Path(".")) / "s5_chat.wav", audio.get("device"),
+    sink = open_sink(output, rate, (out_dir or Path(".")) / "s5_chat.wav", settings.audio.device,
                      notice=lambda m: err.print(f"[yellow]{m}[/]"))
     if isinstance(sink, WavSink) and out_dir is None:
         out_dir = Path("s5_chat_out")
@@ -71,8 +56,9 @@ def _chat(args: argparse.Namespace) -> int:
     console = Console()
 
     async def run() -> int:
-        llm = await pick_llm(args.llm or llm_settings.get("backend", "auto"), args.ollama_model or llm_settings.get("ollama_model", "llama3.3:70b"),
-                             args.ollama_host or llm_settings.get("ollama_host", "http://localhost:11434"), say=lambda m: err.print(f"[green]{m}[/]"))
+        llm = await pick_llm(args.llm or settings.llm.backend, args.ollama_model or settings.llm.ollama_model,
+                             args.ollama_host or settings.llm.host, say=lambda m: err.print(f"[green]{m}[/]"),
+                             keep_alive=settings.llm.keep_alive)
         try:
             return await chat(llm, bundles, sink, config, console, out_dir)
         finally:
@@ -87,6 +73,7 @@ def _chat(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agent.config import load_agent_settings
     from agent.session import load_bundles, replay
     from llm.replay import ReplayScript
 
@@ -95,7 +82,7 @@ def _replay(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("replay_out") / args.script.stem
     out_dir.mkdir(parents=True, exist_ok=True)
     with _progress() as progress:
-        result = asyncio.run(replay(script, bundles, args.tts, out_dir, _agent_config(_agent_settings(None), args.tts, None).synthesis,
+        result = asyncio.run(replay(script, bundles, args.tts, out_dir, load_agent_settings().tts.synthesis(),
                                     pace=False, progress=progress))
     if args.json:
         print(json.dumps({"script": result.script, "mode": result.mode, "wavs": [str(w) for w in result.wavs],
@@ -139,7 +126,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
 def _data_build(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
 
-    from tts.data import CorpusConfig, build_corpus
+    from tts.data.corpus import CorpusConfig, build_corpus
 
     if args.text and not args.text.exists():
         raise FileNotFoundError(f"no text file {args.text}")
@@ -164,7 +151,7 @@ def _data_replies(args: argparse.Namespace) -> int:
 
 
 def _data_import(args: argparse.Namespace) -> int:
-    from tts.data import import_corpus
+    from tts.data.corpus import import_corpus
 
     counts = import_corpus(args.kind, args.root, args.out)
     err.print(f"manifests in {args.out}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
@@ -180,13 +167,18 @@ def _read_sentences(path: Path) -> list[str]:
 
 
 def _progress() -> Progress:
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(TextColumn("{task.description:>22}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err)
 
 
 def _codec_features(args: argparse.Namespace) -> int:
-    from tts.codec_train import extract_features
+    from tts.training.codec_train import extract_features
 
     with _progress() as progress:
         speakers = args.speakers.split(",") if args.speakers else None
@@ -201,8 +193,8 @@ def _codec_train(args: argparse.Namespace) -> int:
         return _mel_codec_train(args)
     from dataclasses import replace
 
-    from tts.codec import BuiltinCodec, CodecConfig, DEFAULT_CODEC_DIR
-    from tts.codec_train import CodecTrainConfig, extract_features, train_codec
+    from tts.codec.world_codec import DEFAULT_CODEC_DIR, BuiltinCodec, CodecConfig
+    from tts.training.codec_train import CodecTrainConfig, extract_features, train_codec
 
     init = BuiltinCodec.load(args.init_from) if args.init_from else None
     if args.decoder_only and init is None:
@@ -230,9 +222,9 @@ def _codec_train(args: argparse.Namespace) -> int:
 def _codec_vocoder(args: argparse.Namespace) -> int:
     import torch
 
-    from tts.codecs import load_codec
-    from tts.mel_codec import MelCodec
-    from tts.vocoder_train import VocoderDistillConfig, distill_vocoder
+    from tts.codec.load import load_codec
+    from tts.codec.mel_codec import MelCodec
+    from tts.training.vocoder_train import VocoderDistillConfig, distill_vocoder
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -248,8 +240,8 @@ def _codec_vocoder(args: argparse.Namespace) -> int:
 
 
 def _mel_codec_train(args: argparse.Namespace) -> int:
-    from tts.mel_codec import MelCodecConfig
-    from tts.mel_codec_train import MelCodecTrainConfig, train_mel_codec
+    from tts.codec.mel_codec import MelCodecConfig
+    from tts.training.mel_codec_train import MelCodecTrainConfig, train_mel_codec
 
     stack = {86: 1, 43: 2, 21: 4, 22: 4}.get(round(args.frame_rate))
     if stack is None:
@@ -268,9 +260,9 @@ def _mel_codec_train(args: argparse.Namespace) -> int:
 
 
 def _data_codes(args: argparse.Namespace) -> int:
-    from tts.codecs import load_codec
-    from tts.codes import record_codec, tokenize_manifest
-    from tts.g2p import G2P
+    from tts.codec.load import load_codec
+    from tts.data.tokens import record_codec, tokenize_manifest
+    from tts.frontend.g2p import G2P
 
     codec = load_codec(args.codec)
     record_codec(args.out, str(args.codec or ""))
@@ -285,8 +277,13 @@ def _data_codes(args: argparse.Namespace) -> int:
 
 
 def _bench_codec(args: argparse.Namespace) -> int:
-    from tts.codec_bench import corpus_summary, manifest_clips, run_codec_bench, voice_clips
-    from tts.codecs import load_codec
+    from tts.codec.load import load_codec
+    from tts.eval.codec_bench import (
+        corpus_summary,
+        manifest_clips,
+        run_codec_bench,
+        voice_clips,
+    )
 
     codec = load_codec(args.codec)
     if args.vocoder:
@@ -311,7 +308,7 @@ def _bench_codec(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from tts.train import load_train_config, train
+    from tts.training.trainer import load_train_config, train
 
     model_config, config = load_train_config(args.config)
     for name in ("data", "out"):
@@ -339,8 +336,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from tts.evaluate import evaluate, heldout_sentences
-    from tts.streaming import load_bundle
+    from tts.eval.evaluate import evaluate, heldout_sentences
+    from tts.inference.streaming import load_bundle
 
     bundle = load_bundle(args.mode, args.model, args.codec)
     if args.sentences:
@@ -349,7 +346,7 @@ def _eval(args: argparse.Namespace) -> int:
         sentences = heldout_sentences(args.corpus, limit=args.limit)
     prompt = clip = None
     if args.zero_shot:
-        from tts.evaluate import zero_shot_prompt
+        from tts.eval.evaluate import zero_shot_prompt
 
         prompt, clip = zero_shot_prompt(bundle)
     with _progress() as progress:
@@ -364,7 +361,7 @@ STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for 
 
 def _max_stretch(value: float | None, name: str = "--max-stretch") -> float:
     """The pacing limit from a flag or agent.yaml (None: the default), checked."""
-    from tts.streaming import DEFAULT_MAX_STRETCH
+    from tts.inference.streaming import DEFAULT_MAX_STRETCH
 
     value = DEFAULT_MAX_STRETCH if value is None else float(value)
     if not 1.0 <= value <= 2.0:
@@ -383,9 +380,9 @@ def _say(args: argparse.Namespace) -> int:
 
     from agent.say import say
     from audio_io.sinks import WavSink, open_sink
-    from tts.streaming import load_bundle
-    from tts.synthesis import SynthesisConfig
-    from tts.text import normalize_text
+    from tts.frontend.text import normalize_text
+    from tts.inference.streaming import load_bundle
+    from tts.inference.synthesis import SynthesisConfig
 
     words = normalize_text(args.text)
     if not words:
@@ -393,8 +390,9 @@ def _say(args: argparse.Namespace) -> int:
     bundle = load_bundle(args.mode, args.model)
     prompt = None
     if args.prompt_wav:
-        from tts.synthesis import VoicePrompt
-        from tts.voices import SAMPLE_RATE, read_wav, resample
+        from audio_io.wav import read_wav, resample
+        from tts.data.voices import SAMPLE_RATE
+        from tts.inference.synthesis import VoicePrompt
 
         if not args.prompt_text:
             raise ValueError("--prompt-wav needs --prompt-text (what the clip says)")
@@ -419,8 +417,8 @@ def _say(args: argparse.Namespace) -> int:
 def _bench_tts(args: argparse.Namespace) -> int:
     import asyncio
 
-    from tts.stream_bench import bench_tts, load_sentences
-    from tts.streaming import load_bundle
+    from tts.eval.stream_bench import bench_tts, load_sentences
+    from tts.inference.streaming import load_bundle
 
     s5, t5 = load_bundle("s5", args.s5_model), load_bundle("t5", args.t5_model)
     sentences = load_sentences(args.sentences)[: args.limit]
@@ -434,7 +432,7 @@ def _bench_tts(args: argparse.Namespace) -> int:
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from tts.distill import DistillConfig, distill
+    from tts.training.distill import DistillConfig, distill
 
     config = DistillConfig(out=str(args.out), max_steps=args.max_steps, max_minutes=args.max_minutes or 0.0,
                            asr_filter=not args.no_asr_filter, text_limit=args.text_limit, threads=args.threads)

@@ -18,16 +18,15 @@ from typing import Callable
 
 from audio_io.sinks import ClockSink, DeviceSink
 from llm.base import LLMBackend, LLMError
-from tts.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
-from tts.synthesis import SynthesisConfig, TTSBundle
-from tts.text import TextNormalizer
+from tts.frontend.text import TextNormalizer
+from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
+from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
+from .config import SYSTEM_PROMPT
 from .records import TurnRecord, append_jsonl
 from .segmenter import WordSegmenter
 
 END = object()
-SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three short spoken sentences, "
-                 "without lists, tables or code unless asked.")
 
 
 @dataclass

@@ -5,8 +5,13 @@ import asyncio
 from dataclasses import dataclass
 
 from audio_io.sinks import ClockSink, DeviceSink, PlaybackStats
-from tts.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer, UtteranceTimes, feed_words
-from tts.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
+from tts.inference.streaming import (
+    DEFAULT_MAX_STRETCH,
+    StreamingSynthesizer,
+    UtteranceTimes,
+    feed_words,
+)
+from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 
 
 @dataclass

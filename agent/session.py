@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from audio_io.sinks import ClockSink, WavSink, open_sink
+from audio_io.sinks import ClockSink, WavSink
 from llm.base import LLMBackend, LLMError
 from llm.replay import ReplayLLM, ReplayScript
-from tts.streaming import MODES, load_bundle
-from tts.synthesis import SynthesisConfig, TTSBundle
+from tts.inference.streaming import MODES, load_bundle
+from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
 from .orchestrator import Agent, AgentConfig
 from .records import TurnRecord
@@ -32,13 +32,13 @@ def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path 
     return bundles
 
 
-async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print) -> LLMBackend:
+async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m") -> LLMBackend:
     """auto: Ollama if it answers with the model pulled, else the embedded model (saying which)."""
     if kind in ("auto", "ollama"):
         from llm.ollama_backend import OllamaLLM
 
         try:
-            ollama = OllamaLLM(ollama_model, ollama_host)
+            ollama = OllamaLLM(ollama_model, ollama_host, keep_alive=keep_alive)
         except LLMError:
             if kind == "ollama":
                 raise

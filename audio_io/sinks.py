@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import wave
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .levels import first_audible_sample
-
+from .wav import write_wav
 
 START_BUFFER_MS = 120.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended)
 
@@ -287,13 +286,6 @@ class DeviceSink:
         self._stream.close()
 
 
-def write_wav(path: Path | str, audio: np.ndarray, sample_rate: int = 22050) -> None:
-    pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(sample_rate)
-        f.writeframes(pcm.tobytes())
 
 
 def open_sink(kind: str, sample_rate: int, wav_path: Path | str = "s5_output.wav", device: str | int | None = None,

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from tts.config import ModelConfig
-from tts.model import TEXT_BOS, TEXT_EOS
+from tts.model.batch import TEXT_BOS, TEXT_EOS
+from tts.model.config import ModelConfig
 
 
 def tiny_config(lookahead_words: int | None = 2, **overrides) -> ModelConfig:
@@ -36,10 +36,10 @@ def _seed():
 def tiny_bundle():
     """A tiny random S5/T5 model behind the real G2P and a small random codec: the control flow, not the voice.
     tiny_bundle(k) gives an S5 bundle with k lookahead words, tiny_bundle(None) a full-context one."""
-    from tts.codec import BuiltinCodec, CodecConfig, FeatureCodec
-    from tts.g2p import G2P, SymbolTable
-    from tts.model import S5TTS
-    from tts.synthesis import TTSBundle
+    from tts.codec.world_codec import BuiltinCodec, CodecConfig, FeatureCodec
+    from tts.frontend.g2p import G2P, SymbolTable
+    from tts.inference.synthesis import TTSBundle
+    from tts.model.s5tts import S5TTS
 
     g2p = G2P()
     codec = BuiltinCodec(FeatureCodec(CodecConfig(channels=32)))

@@ -6,12 +6,14 @@ import sys
 import pytest
 
 
-def s5(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def s5(*args: str, timeout: int = 600, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, cwd=cwd)
 
 
-def test_chat_runs_and_exits_cleanly():
-    result = s5("chat")
+@pytest.mark.slow  # loads the embedded Gemma and both voices
+def test_chat_runs_and_exits_cleanly(tmp_path):
+    result = s5("chat", cwd=tmp_path)  # no sound card and no input: WAVs under ./s5_chat_out, then a clean exit
     assert result.returncode == 0 and "Traceback" not in result.stderr
 
 

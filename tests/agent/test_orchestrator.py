@@ -9,8 +9,8 @@ from audio_io.sinks import ClockSink
 from llm.ollama_backend import OllamaLLM
 from llm.replay import ReplayLLM, ReplayScript
 from tests.ollama_standin import free_port, start
-from tts.synthesis import SynthesisConfig
-from tts.text import normalize_text
+from tts.frontend.text import normalize_text
+from tts.inference.synthesis import SynthesisConfig
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_llm_dying_mid_reply_ends_the_turn_cleanly_and_speaks_what_arrived(bundl
 def test_barge_in_stops_speech_flushes_audio_and_the_next_turn_works(bundles):
     long_reply = " ".join(["This reply goes on and on."] * 30)
     agent, sink = make_agent(bundles, [("Talk", long_reply), ("Stop", "Okay.")], pace=True, frames=6,
-                             tokens_per_second=40)
+                             tokens_per_second=10)  # 21 s of text: far longer than the first audio takes, even on a busy machine
 
     async def scenario():
         turn = asyncio.create_task(agent.run_turn("Talk"))

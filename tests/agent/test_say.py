@@ -4,12 +4,12 @@ import json
 import pytest
 import torch
 
+from audio_io.wav import read_wav
 from tests.agent.test_cli import s5
 from tests.conftest import tiny_config
-from tts.g2p import SymbolTable
-from tts.model import S5TTS
-from tts.train import export_weights
-from tts.voices import read_wav
+from tts.frontend.g2p import SymbolTable
+from tts.inference.export import export_weights
+from tts.model.s5tts import S5TTS
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """LLM pieces to words: whatever the cuts, the words are the text's words, none split or merged."""
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.segmenter import WordSegmenter
 

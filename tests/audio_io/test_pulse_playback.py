@@ -14,7 +14,7 @@ from scipy.signal import butter, correlate, resample_poly, sosfiltfilt
 
 from agent.orchestrator import Agent, AgentConfig
 from llm.replay import ReplayLLM, ReplayScript
-from tts.synthesis import SynthesisConfig
+from tts.inference.synthesis import SynthesisConfig
 
 RATE = 22050
 SINK = "s5null"
@@ -64,9 +64,8 @@ class Recorded:
 
 def test_a_turn_played_through_pulseaudio_is_what_was_sent(pulse, tiny_bundle, tmp_path):
     from audio_io.sinks import DeviceSink
-
-    from tts.codec import BuiltinCodec
-    from tts.synthesis import TTSBundle
+    from tts.codec.world_codec import BuiltinCodec
+    from tts.inference.synthesis import TTSBundle
 
     tiny = tiny_bundle(2)
     bundles = {"s5": TTSBundle(tiny.model, tiny.symbols, BuiltinCodec.load(), tiny.g2p)}  # the shipped codec

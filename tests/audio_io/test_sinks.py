@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from audio_io.sinks import ClockSink, WavSink, open_sink
-from tts.voices import read_wav
+from audio_io.wav import read_wav
 
 RATE = 1000
 

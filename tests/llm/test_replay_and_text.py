@@ -2,7 +2,8 @@
 import asyncio
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llm.base import LLMError, strip_thinking
 from llm.replay import ReplayLLM, ReplayScript, tokenize_like_llm

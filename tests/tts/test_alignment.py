@@ -5,8 +5,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tts.alignment import (
-    beta_binomial_log_prior, durations_from_path, forward_sum_loss, monotonic_alignment_search, step_words_from_path,
+from tts.model.alignment import (
+    beta_binomial_log_prior,
+    durations_from_path,
+    forward_sum_loss,
+    monotonic_alignment_search,
+    step_words_from_path,
 )
 
 

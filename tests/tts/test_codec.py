@@ -4,9 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from tts import world
-from tts.codec import DEFAULT_CODEC_DIR, BuiltinCodec, CodecConfig, FeatureCodec, FSQ
-from tts.voices import read_wav
+from audio_io.wav import read_wav
+from tts.codec import world
+from tts.codec.world_codec import (
+    DEFAULT_CODEC_DIR,
+    FSQ,
+    BuiltinCodec,
+    CodecConfig,
+    FeatureCodec,
+)
 
 FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
 
@@ -154,7 +160,7 @@ def test_streamed_audio_follows_the_offline_pulse_train(fox, monkeypatch):
 
 
 def test_time_stretch_slows_features_down_smoothly():
-    from tts.world import time_stretch
+    from tts.codec.world import time_stretch
 
     ramp = np.arange(10, dtype=np.float32)[:, None].repeat(3, axis=1)
     assert time_stretch(ramp, 1.0) is ramp
@@ -175,8 +181,8 @@ def test_streaming_decoder_stretch_renders_longer_audio(random_codec, fox):
 
 def _feature_corpus(tmp_path: Path, features: np.ndarray) -> Path:
     """A corpus whose train and val manifests each list one utterance, its WORLD features cached."""
-    from tts.codec_train import feature_path
-    from tts.data import ManifestEntry, write_manifest
+    from tts.data.corpus import ManifestEntry, write_manifest
+    from tts.data.features import feature_path
 
     for split in ("train", "val"):
         entry = ManifestEntry(f"wavs/{split}.wav", "a fox", len(features) * world.HOP / world.SAMPLE_RATE, "fox")
@@ -192,7 +198,7 @@ def test_decoder_only_retraining_keeps_the_codes(tmp_path, fox):
     encoder and FSQ are C's, so every code C made (tokenised corpora, TTS models trained on them) stays valid."""
     from dataclasses import replace
 
-    from tts.codec_train import CodecTrainConfig, train_codec
+    from tts.training.codec_train import CodecTrainConfig, train_codec
 
     corpus = _feature_corpus(tmp_path, fox[1])
     small = CodecConfig(frames_per_code=4, channels=32, decoder_blocks=1)

@@ -4,9 +4,18 @@ import wave
 import numpy as np
 import pytest
 
-from tts.codes import piper_frame_words
-from tts.data import CorpusConfig, build_corpus, import_corpus, plan_jobs, read_manifest, sentence_split, speakable_sentences
-from tts.voices import VOICES, write_wav
+from audio_io.wav import write_wav
+from tts.data.corpus import (
+    CorpusConfig,
+    build_corpus,
+    import_corpus,
+    plan_jobs,
+    read_manifest,
+    sentence_split,
+    speakable_sentences,
+)
+from tts.data.tokens import piper_frame_words
+from tts.data.voices import VOICES
 
 VOICE_SET = ["piper_joe", "flite_kal", "espeak_us_m", "flite_slt"]
 

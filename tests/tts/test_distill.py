@@ -6,11 +6,16 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tts.codes import TokenizedUtterance, save_shard
-from tts.distill import DistillConfig, distill, kl_teacher_student, teacher_text_set
-from tts.g2p import SymbolTable
-from tts.model import S5TTS
-from tts.train import export_weights
+from tts.data.tokens import TokenizedUtterance, save_shard
+from tts.frontend.g2p import SymbolTable
+from tts.inference.export import export_weights
+from tts.model.s5tts import S5TTS
+from tts.training.distill import (
+    DistillConfig,
+    distill,
+    kl_teacher_student,
+    teacher_text_set,
+)
 
 
 def test_kl_is_zero_for_equal_logits_and_positive_otherwise():

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from tests.conftest import flatten_words, tiny_config
-from tts.incremental import DecoderState, IncrementalEncoder, decode_step
-from tts.model import S5TTS, teacher_forcing
+from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
+from tts.model.s5tts import S5TTS, teacher_forcing
 
 
 def _random_words(generator: torch.Generator, n: int) -> list[list[int]]:

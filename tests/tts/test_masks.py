@@ -4,8 +4,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import flatten_words, tiny_config
-from tts.masks import active_version, causal_mask, cross_slot_mask, decoder_mask, encoder_mask
-from tts.model import S5TTS, teacher_forcing
+from tts.model.masks import (
+    active_version,
+    causal_mask,
+    cross_slot_mask,
+    decoder_mask,
+    encoder_mask,
+)
+from tts.model.s5tts import S5TTS, teacher_forcing
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 words_strategy = st.lists(st.lists(st.integers(3, 63), min_size=1, max_size=4), min_size=4, max_size=10)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from tts import mel
-from tts.codecs import load_codec
-from tts.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
-from tts.voices import read_wav
+from audio_io.wav import read_wav
+from tts.codec import mel
+from tts.codec.load import load_codec
+from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
 
 FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
 
@@ -76,9 +76,9 @@ def test_save_load_and_dispatch(tiny_codec, fox_mel, tmp_path):
 @pytest.mark.slow
 def test_training_lowers_the_loss(tmp_path):
     """Two short runs on a two-utterance corpus: the longer one fits the mel better, and checkpoints load."""
-    from tts.data import ManifestEntry, write_manifest
-    from tts.mel_codec_train import MelCodecTrainConfig, train_mel_codec
-    from tts.voices import write_wav
+    from audio_io.wav import write_wav
+    from tts.data.corpus import ManifestEntry, write_manifest
+    from tts.training.mel_codec_train import MelCodecTrainConfig, train_mel_codec
 
     audio, _ = read_wav(FIXTURE)
     (tmp_path / "wavs").mkdir()
@@ -98,7 +98,7 @@ def test_training_lowers_the_loss(tmp_path):
 @pytest.mark.slow
 def test_codec_bench_measures_the_round_trip(tiny_codec):
     """The bench on two spoken sentences: an untrained codec loses the words that Whisper hears in the original."""
-    from tts.codec_bench import run_codec_bench, voice_clips
+    from tts.eval.codec_bench import run_codec_bench, voice_clips
 
     sentences = ["The quick brown fox jumps over the lazy dog.", "Please bring a warm sweater tonight."]
     result = run_codec_bench(tiny_codec, voice_clips(sentences))
@@ -108,7 +108,7 @@ def test_codec_bench_measures_the_round_trip(tiny_codec):
 
 
 def test_tokens_name_their_codec(tmp_path):
-    from tts.codes import record_codec, tokens_codec_dir
+    from tts.data.tokens import record_codec, tokens_codec_dir
 
     assert tokens_codec_dir(tmp_path) == ""
     record_codec(tmp_path, "tts/assets/mel_codec")

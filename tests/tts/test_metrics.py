@@ -2,8 +2,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tts.metrics import error_rates, transcribe, words_for_scoring
-from tts.voices import read_wav
+from audio_io.wav import read_wav
+from tts.eval.metrics import error_rates, transcribe, words_for_scoring
 
 FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
 FOX = "The quick brown fox jumps over the lazy dog."

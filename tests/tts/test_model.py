@@ -2,9 +2,10 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tts.config import ModelConfig, from_dict, load_model_config
-from tts.losses import codebook_cross_entropy
-from tts.model import S5TTS, Batch, teacher_forcing
+from tts.model.batch import Batch
+from tts.model.config import ModelConfig, from_dict, load_model_config
+from tts.model.losses import codebook_cross_entropy
+from tts.model.s5tts import S5TTS, teacher_forcing
 
 
 def _count(config: ModelConfig) -> int:
@@ -102,7 +103,7 @@ def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
 def test_factorised_codes_are_a_product_of_digit_distributions():
     """With code_levels, log p(code) = sum over digits of log p(digit) (up to the BOS/EOS mass), and codes that
     share digits share embedding parts."""
-    from tts.model import CodeHeads, digit_matrix
+    from tts.model.s5tts import CodeHeads, digit_matrix
 
     levels = [4, 5]
     assert digit_matrix(levels).sum(0).eq(2).all() and digit_matrix(levels).shape == (9, 20)

@@ -51,7 +51,7 @@ def small_codec_config(OmegaConf):
 @pytest.fixture(scope="module")
 def nemo_codec():
     AudioCodecModel, OmegaConf = _nemo()
-    from tts.nemo_codec import NemoCodec
+    from tts.codec.nemo import NemoCodec
 
     torch.manual_seed(0)
     return NemoCodec(AudioCodecModel(cfg=small_codec_config(OmegaConf)))
@@ -78,7 +78,7 @@ def test_adapter_streams_with_the_offline_length(nemo_codec):
 
 def test_missing_nemo_file_is_a_clear_error(tmp_path):
     _nemo()
-    from tts.nemo_codec import NemoCodec
+    from tts.codec.nemo import NemoCodec
 
     with pytest.raises(FileNotFoundError, match="no NeMo codec"):
         NemoCodec.load(tmp_path / "missing.nemo")

@@ -1,6 +1,6 @@
 import torch
 
-from tts.sampling import mask_special_codes, sample_codes
+from tts.model.sampling import mask_special_codes, sample_codes
 
 
 def test_top_k_one_is_argmax():

@@ -6,9 +6,16 @@ import pytest
 import torch
 
 from audio_io.levels import first_audible_sample
-from tts.stream_bench import simulate_playback
-from tts.streaming import AudioChunk, Pacer, StreamingSynthesizer, join_chunks, join_codes, synthesize_words
-from tts.synthesis import SynthesisConfig
+from tts.eval.stream_bench import simulate_playback
+from tts.inference.streaming import (
+    AudioChunk,
+    Pacer,
+    StreamingSynthesizer,
+    join_chunks,
+    join_codes,
+    synthesize_words,
+)
+from tts.inference.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()
 
@@ -171,7 +178,7 @@ def test_playback_simulation_counts_underruns_and_finds_the_first_audible_window
 
 
 def test_a_voice_prompt_prefixes_the_decoder_and_only_our_words_are_spoken(tiny_bundle):
-    from tts.synthesis import UtteranceSynthesizer, VoicePrompt
+    from tts.inference.synthesis import UtteranceSynthesizer, VoicePrompt
 
     bundle = tiny_bundle(2)
     prompt_codes = torch.randint(0, 1000, (8, 17))

@@ -3,7 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from tts.synthesis import SynthesisConfig, UtteranceSynthesizer, synthesize_text
+from tts.inference.synthesis import (
+    SynthesisConfig,
+    UtteranceSynthesizer,
+    synthesize_text,
+)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from tts.g2p import G2P, SymbolTable
-from tts.text import TextNormalizer, normalize_text
+from tts.frontend.g2p import G2P, SymbolTable
+from tts.frontend.text import TextNormalizer, normalize_text
 
 SENTENCES = [line.replace("\\n", "\n") for line in (Path(__file__).parent.parent / "data" / "sentences_200.txt").read_text().splitlines()]
 

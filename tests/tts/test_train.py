@@ -10,8 +10,18 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tts.codes import TokenizedUtterance, load_tokenized, save_shard
-from tts.train import BucketSampler, TrainConfig, Trainer, collate, learning_rate, load_exported, make_example, prior_strength, train
+from tts.data.tokens import TokenizedUtterance, load_tokenized, save_shard
+from tts.inference.export import load_exported
+from tts.model.batch import collate
+from tts.training.trainer import (
+    BucketSampler,
+    TrainConfig,
+    Trainer,
+    learning_rate,
+    make_example,
+    prior_strength,
+    train,
+)
 
 
 def _fake_corpus(directory: Path, n_train: int = 24, codebook_size: int = 20, K: int = 3) -> None:
@@ -100,8 +110,8 @@ def test_ddp_two_cpu_processes_keep_identical_weights(tmp_path):
     script.write_text(
         "import sys, torch, torch.distributed as dist\n"
         "from tests.conftest import tiny_config\n"
-        "from tts.train import TrainConfig, Trainer, train\n"
-        "from tts.codes import load_tokenized\n"
+        "from tts.training.trainer import TrainConfig, Trainer, train\n"
+        "from tts.data.tokens import load_tokenized\n"
         "config = TrainConfig(data=sys.argv[1], out=sys.argv[2], batch_frames=120, max_steps=3, warmup_steps=1, val_every=100, seed=0)\n"
         "trainer = Trainer(tiny_config(2), config)\n"
         "trainer.fit(load_tokenized(config.data, 'train'), load_tokenized(config.data, 'val'))\n"
@@ -119,13 +129,13 @@ def test_ddp_two_cpu_processes_keep_identical_weights(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     w0, w1 = (torch.load(tmp_path / "run" / f"weights_rank{r}.pt") for r in (0, 1))
     assert torch.equal(w0, w1)
-    initial = torch.cat([p.detach().flatten() for p in __import__("tts.model", fromlist=["S5TTS"]).S5TTS(tiny_config(2)).parameters()])
+    initial = torch.cat([p.detach().flatten() for p in __import__("tts.model.s5tts", fromlist=["S5TTS"]).S5TTS(tiny_config(2)).parameters()])
     assert not torch.equal(w0, initial)  # they trained
 
 
 def test_validation_writes_audio_samples_of_the_current_weights(tmp_path):
     """With the shipped codec's code space the trainer speaks validation sentences into out/samples/."""
-    from tts.voices import read_wav
+    from audio_io.wav import read_wav
 
     config = TrainConfig(out=str(tmp_path / "run"), samples=2)
     trainer = Trainer(tiny_config(2, num_codebooks=8, codebook_size=1000), config)

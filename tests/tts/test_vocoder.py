@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from tts import mel
-from tts.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum
-from tts.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
-from tts.voices import read_wav
+from audio_io.wav import read_wav
+from tts.codec import mel
+from tts.codec.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum
+from tts.codec.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
 
 FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
 
@@ -108,7 +108,7 @@ def test_streamed_vocoder_equals_offline(vocoder, chunk):
 
 def test_vocoder_keeps_the_words():
     """Original log-mel through the vocoder: Whisper still hears the sentence."""
-    from tts.metrics import error_rates, transcribe
+    from tts.eval.metrics import error_rates, transcribe
 
     audio, rate = read_wav(FIXTURE)
     wer, _ = error_rates(["The quick brown fox jumps over the lazy dog."], [transcribe(load_vocoder()(mel.log_mel(audio)), rate)])
@@ -117,7 +117,7 @@ def test_vocoder_keeps_the_words():
 
 def test_student_keeps_the_teachers_layers(vocoder):
     """A student with every kernel is the teacher; one without kernel 11 keeps the other layers' weights."""
-    from tts.vocoder_train import student_from_teacher
+    from tts.training.vocoder_train import student_from_teacher
 
     x = torch.randn(1, 80, 12) - 5
     same = student_from_teacher(vocoder.generator, [3, 7, 11])
@@ -131,7 +131,7 @@ def test_student_keeps_the_teachers_layers(vocoder):
 
 
 def test_distilled_vocoder_saves_loads_and_streams(vocoder, tmp_path):
-    from tts.vocoder_train import student_from_teacher
+    from tts.training.vocoder_train import student_from_teacher
 
     student = Vocoder(student_from_teacher(vocoder.generator, [3]))
     student.save(tmp_path / "voc")
@@ -149,7 +149,7 @@ def test_distilled_vocoder_saves_loads_and_streams(vocoder, tmp_path):
 
 
 def test_distillation_losses_fall_to_zero_on_the_teacher():
-    from tts.vocoder_train import distill_losses
+    from tts.training.vocoder_train import distill_losses
 
     torch.manual_seed(0)
     target = torch.randn(2, 4096) * 0.1

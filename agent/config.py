@@ -1,0 +1,121 @@
+"""The agent's settings (`configs/agent.yaml`) as typed dataclasses: one place for every default, unknown keys
+refused with the key named, values checked where a wrong one would surface much later."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from llm.ollama_backend import DEFAULT_HOST, DEFAULT_MODEL
+from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES
+from tts.inference.synthesis import SynthesisConfig
+
+DEFAULT_AGENT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
+SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three short spoken sentences, "
+                 "without lists, tables or code unless asked.")
+
+
+class ConfigError(ValueError):
+    """A config file a user can fix: the message names the file and the key."""
+
+
+@dataclass
+class LLMSettings:
+    backend: str = "auto"  # auto: Ollama if reachable with the model pulled, else the embedded Gemma 3 270M
+    ollama_host: str | None = None  # None: $OLLAMA_HOST, else http://localhost:11434 (see `host`)
+    ollama_model: str = DEFAULT_MODEL
+    keep_alive: str = "30m"  # how long Ollama keeps the model loaded after a turn
+
+    @property
+    def host(self) -> str:
+        return self.ollama_host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+
+
+@dataclass
+class TTSSettings:
+    mode: str = "s5"  # s5 | t5 | sentence
+    emit_every: int | None = None  # t5 / sentence: decoder steps per chunk (None: 0.35 s, the paper's 30 at 86 frames/s)
+    top_k: int = SynthesisConfig.top_k
+    temperature: float = SynthesisConfig.temperature
+    max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing: speak up to this much slower while the LLM lags; 1 = off
+
+    def synthesis(self) -> SynthesisConfig:
+        return SynthesisConfig(top_k=self.top_k, temperature=self.temperature)
+
+
+@dataclass
+class AudioSettings:
+    output: str = "auto"  # auto | device | wav | null (auto falls back to WAV without a sound card)
+    device: str | int | None = None
+
+
+@dataclass
+class AgentSettings:
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    tts: TTSSettings = field(default_factory=TTSSettings)
+    audio: AudioSettings = field(default_factory=AudioSettings)
+    history_turns: int = 8  # user/assistant pairs kept in the prompt
+    system_prompt: str = SYSTEM_PROMPT
+
+    def check(self, where: str = "agent config") -> AgentSettings:
+        if self.tts.mode not in MODES:
+            raise ConfigError(f"{where}: tts.mode {self.tts.mode!r} is not one of {', '.join(MODES)}")
+        if not 1.0 <= self.tts.max_stretch <= 2.0:
+            raise ConfigError(f"{where}: tts.max_stretch must be between 1 (pacing off) and 2, not {self.tts.max_stretch}")
+        if self.llm.backend not in ("auto", "ollama", "embedded"):
+            raise ConfigError(f"{where}: llm.backend {self.llm.backend!r} is not one of auto, ollama, embedded")
+        if self.audio.output not in ("auto", "device", "wav", "null"):
+            raise ConfigError(f"{where}: audio.output {self.audio.output!r} is not one of auto, device, wav, null")
+        if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0:
+            raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1 and tts.temperature > 0, please")
+        return self
+
+
+def _accepts(annotation, value) -> bool:
+    """Whether a YAML value fits a field's type (ints are fine for floats)."""
+    hint = typing.get_origin(annotation)
+    options = typing.get_args(annotation) if hint in (typing.Union, types.UnionType) else (annotation,)
+    for option in options:
+        if option is type(None) and value is None:
+            return True
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if option in (int, str) and isinstance(value, option) and not isinstance(value, bool):
+            return True
+    return False
+
+
+def _build(cls: type, data, where: str, prefix: str = ""):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'the file'} should be a mapping, not {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            raise ConfigError(f"{where}: unknown key {prefix}{key!s} (known: {', '.join(sorted(fields))})")
+    values = {}
+    for key, value in data.items():
+        if dataclasses.is_dataclass(hints[key]):
+            values[key] = _build(hints[key], value or {}, where, f"{prefix}{key}.")
+        elif not _accepts(hints[key], value):
+            raise ConfigError(f"{where}: {prefix}{key} = {value!r} is not a {hints[key]}")
+        else:
+            values[key] = float(value) if hints[key] is float else value
+    return cls(**values)
+
+
+def load_agent_settings(path: Path | None = None) -> AgentSettings:
+    """`configs/agent.yaml` (or `path`) -> checked settings; a missing key takes the default above."""
+    path = Path(path) if path else DEFAULT_AGENT_CONFIG
+    if not path.exists():
+        raise ConfigError(f"no agent config at {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    return _build(AgentSettings, data, str(path)).check(str(path))

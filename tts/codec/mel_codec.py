@@ -1,0 +1,247 @@
+"""The mel codec, the paper's kind (seed 001: NeMo's FSQ mel codec): 8 FSQ codebooks over log-mel frames, decoded
+back to log-mel and voiced by HiFi-GAN.
+
+encode: audio -> log-mel (86.13 frames/s) -> conv encoder, `stack` mel frames per codec frame -> 8 groups of FSQ
+        scalars -> [K, T] codes (the encoder sees the whole utterance: it only runs offline, on the corpus)
+decode: codes -> streaming conv decoder (one codec frame of lookahead, then causal) -> log-mel -> HiFi-GAN
+Every decoder convolution streams with exact results (`streaming_conv`), and so does the vocoder: streamed audio
+equals offline audio, with no re-rendering and no crossfade at chunk joins.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tts.codec import mel
+from tts.codec.fsq import FSQ
+from tts.codec.streaming_conv import (
+    StreamConv1d,
+    StreamConvTranspose1d,
+    StreamState,
+    aligned_sum,
+)
+from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
+
+
+@dataclass
+class MelCodecConfig:
+    kind: str = "mel"
+    stack: int = 4  # mel frames per codec frame (a power of 2): 4 -> 21.5 frames/s, 2 -> 43, 1 -> 86
+    num_codebooks: int = 8
+    levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
+    channels: int = 256
+    decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead
+    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1) or a distilled vocoder's folder, from the repo root
+
+    @property
+    def codebook_size(self) -> int:
+        return math.prod(self.levels)
+
+    @property
+    def frame_rate(self) -> float:
+        return mel.FRAME_RATE / self.stack
+
+    @property
+    def samples_per_frame(self) -> int:
+        return mel.HOP * self.stack
+
+
+class ResUnit(nn.Module):
+    """x + conv1x1(gelu(conv_k3_dilated(gelu(x)))); right=0 makes it causal, None symmetric."""
+
+    def __init__(self, channels: int, dilation: int, right: int | None):
+        super().__init__()
+        self.conv1 = StreamConv1d(channels, channels, 3, dilation, right=right)
+        self.conv2 = StreamConv1d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
+        branch = self.conv2(F.gelu(self.conv1(F.gelu(x), state, final)), state, final)
+        return aligned_sum([branch, x], state, self)
+
+
+class MelEncoder(nn.Module):
+    """Normalised log-mel (B, 80, T) -> latents (B, fsq_dim, T / stack); offline only."""
+
+    def __init__(self, config: MelCodecConfig, fsq_dim: int):
+        super().__init__()
+        c = config.channels
+        self.inp = StreamConv1d(mel.N_MELS, c, 5)
+        self.units = nn.ModuleList([ResUnit(c, d, None) for d in (1, 2, 4)])
+        self.downs = nn.ModuleList([nn.Conv1d(c, c, 4, stride=2, padding=1) for _ in range(int(math.log2(config.stack)))])
+        self.down_units = nn.ModuleList([ResUnit(c, 1, None) for _ in self.downs])
+        self.out = nn.Conv1d(c, fsq_dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for unit in self.units:
+            x = unit(x)
+        for down, unit in zip(self.downs, self.down_units):
+            x = unit(F.gelu(down(x)))
+        return self.out(F.gelu(x))
+
+
+class MelDecoder(nn.Module):
+    """Quantised latents (B, fsq_dim, T) -> normalised log-mel (B, 80, T * stack); streams (see module doc)."""
+
+    def __init__(self, config: MelCodecConfig, fsq_dim: int):
+        super().__init__()
+        c = config.channels
+        self.inp = StreamConv1d(fsq_dim, c, 1 + 2 * config.decoder_lookahead)
+        self.units = nn.ModuleList([ResUnit(c, d, 0) for d in (1, 2, 4)])
+        self.ups = nn.ModuleList([StreamConvTranspose1d(c, c, 4, 2, 1) for _ in range(int(math.log2(config.stack)))])
+        self.up_units = nn.ModuleList([ResUnit(c, 1, 0) for _ in self.ups])
+        self.out = StreamConv1d(c, mel.N_MELS, 1)
+
+    def forward(self, q: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
+        x = self.inp(q, state, final)
+        for unit in self.units:
+            x = unit(x, state, final)
+        for up, unit in zip(self.ups, self.up_units):
+            x = unit(up(F.gelu(x), state, final), state, final)
+        return self.out(F.gelu(x), state, final)
+
+
+class MelCodecModel(nn.Module):
+    def __init__(self, config: MelCodecConfig):
+        super().__init__()
+        self.config = config
+        self.fsq = FSQ(config.levels, config.num_codebooks)
+        self.encoder = MelEncoder(config, self.fsq.dim)
+        self.decoder = MelDecoder(config, self.fsq.dim)
+        self.register_buffer("mel_mean", torch.zeros(mel.N_MELS))
+        self.register_buffer("mel_std", torch.ones(mel.N_MELS))
+
+    def normalize(self, log_mel: torch.Tensor) -> torch.Tensor:
+        """(B, T, 80) -> (B, 80, T)"""
+        return ((log_mel - self.mel_mean) / self.mel_std).transpose(1, 2)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 80, T) -> (B, T, 80)"""
+        return x.transpose(1, 2) * self.mel_std + self.mel_mean
+
+    def forward(self, log_mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training: (B, T, 80) log-mel (T a multiple of stack) -> decoded and target, both normalised (B, 80, T)."""
+        target = self.normalize(log_mel)
+        return self.decoder(self.fsq.quantize(self.encoder(target))), target
+
+
+def mel_codec_loss(output: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """L1 on normalised log-mel (the feasibility run's loss), and the MSE for reference."""
+    l1 = (output - target).abs().mean()
+    return {"total": l1, "l1": l1, "mse": ((output - target) ** 2).mean().detach()}
+
+
+class MelCodec:
+    """sample_rate, frame_rate, num_codebooks, codebook_size, samples_per_frame; analyze(wav) -> log-mel,
+    encode(wav) -> [K, T], decode(codes) -> wav, streaming_decoder()."""
+
+    def __init__(self, model: MelCodecModel, vocoder: Vocoder | None = None):
+        self.model = model.eval()
+        self.config = model.config
+        self._vocoder = vocoder
+        self.sample_rate = mel.SAMPLE_RATE
+        self.frame_rate = self.config.frame_rate
+        self.num_codebooks = self.config.num_codebooks
+        self.codebook_size = self.config.codebook_size
+        self.samples_per_frame = self.config.samples_per_frame
+
+    @property
+    def vocoder(self) -> Vocoder:
+        """Loaded on first use (training and encoding never need it)."""
+        if self._vocoder is None:
+            self._vocoder = load_vocoder(self.config.vocoder)
+        return self._vocoder
+
+    def use_vocoder(self, name: str) -> None:
+        """Voice this codec with another vocoder ("universal" or a folder), e.g. to compare two side by side."""
+        self.config = replace(self.config, vocoder=str(name))
+        self._vocoder = load_vocoder(self.config.vocoder)
+
+    @classmethod
+    def load(cls, directory: Path | str) -> "MelCodec":
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if not (directory / "codec.safetensors").exists():
+            raise FileNotFoundError(f"no codec weights in {directory} (train them with `s5 codec train`)")
+        config = MelCodecConfig(**json.loads((directory / "codec.json").read_text()))
+        model = MelCodecModel(config)
+        model.load_state_dict({k: v.float() for k, v in load_file(directory / "codec.safetensors").items()})
+        return cls(model)
+
+    def save(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "codec.json").write_text(json.dumps(asdict(self.config), indent=1))
+        save_file({k: v.half().contiguous() for k, v in self.model.state_dict().items()}, directory / "codec.safetensors")
+
+    analyze = staticmethod(mel.log_mel)
+
+    def pad_frames(self, log_mel: np.ndarray) -> np.ndarray:
+        """Pad with silence to a whole number of codec frames."""
+        T = math.ceil(len(log_mel) / self.config.stack) * self.config.stack
+        return np.concatenate([log_mel, np.full((T - len(log_mel), mel.N_MELS), mel.LOG_FLOOR, np.float32)])
+
+    @torch.no_grad()
+    def encode_features(self, log_mel: np.ndarray) -> torch.Tensor:
+        """(T_mel, 80) -> (K, ceil(T_mel / stack)) codes"""
+        x = self.model.normalize(torch.from_numpy(self.pad_frames(log_mel)).float()[None])
+        return self.model.fsq.to_codes(self.model.fsq.quantize(self.model.encoder(x)))[0]
+
+    def encode(self, audio: np.ndarray) -> torch.Tensor:
+        return self.encode_features(mel.log_mel(audio))
+
+    @torch.no_grad()
+    def decode_features(self, codes: torch.Tensor, state: StreamState | None = None, final: bool = True) -> np.ndarray:
+        """(K, T) -> (T * stack, 80) log-mel offline; streaming (a state dict, final=False until the last call) it
+        returns the frames that are final so far."""
+        out = self.model.decoder(self.model.fsq.from_codes(codes[None].long()), state, final)
+        return self.model.denormalize(out)[0].numpy()
+
+    def decode(self, codes: torch.Tensor) -> np.ndarray:
+        """(K, T) codes -> float32 audio of T * samples_per_frame samples"""
+        return self.vocoder(self.decode_features(codes))
+
+    def streaming_decoder(self) -> "StreamingMelDecoder":
+        return StreamingMelDecoder(self)
+
+
+class StreamingMelDecoder:
+    """Per-utterance: code chunks in, audio out; its concatenated output (pushes + flush) equals `decode` of all
+    the codes. A push returns the audio whose right context has arrived; the rest waits for the next push or
+    `flush()`. stretch > 1 renders the new frames that much slower (log-mel frames interpolated in time; the
+    harmonics stay where they are, so the pitch does too): the streaming engine's pacing."""
+
+    supports_stretch = True
+
+    def __init__(self, codec: MelCodec):
+        self.codec = codec
+        self.conv_state: StreamState = {}
+        self.vocoder_stream = codec.vocoder.streaming()
+        self.last_frame: np.ndarray | None = None
+
+    def push(self, codes: torch.Tensor, stretch: float = 1.0) -> np.ndarray:
+        """(K, n) new codes -> audio ready to play (possibly empty)."""
+        if codes.shape[1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        return self._vocode(self.codec.decode_features(codes, self.conv_state, final=False), stretch)
+
+    def flush(self) -> np.ndarray:
+        empty = torch.zeros(self.codec.num_codebooks, 0, dtype=torch.long)
+        frames = self.codec.decode_features(empty, self.conv_state, final=True)
+        return np.concatenate([self._vocode(frames, 1.0), self.vocoder_stream.flush()])
+
+    def _vocode(self, frames: np.ndarray, stretch: float) -> np.ndarray:
+        if stretch != 1.0:
+            frames = mel.time_stretch(frames, stretch, self.last_frame)
+        if len(frames):
+            self.last_frame = frames[-1]
+        return self.vocoder_stream.push(frames)

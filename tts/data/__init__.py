@@ -1,0 +1,1 @@
+"""Corpora: the offline teacher voices, manifests, cached features, tokenised utterances."""

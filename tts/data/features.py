@@ -1,0 +1,61 @@
+"""Per-utterance audio and features of a corpus, cached beside it: log-mel (fp16 .npy) and WORLD features."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from audio_io.wav import SAMPLE_RATE, read_wav, resample
+from tts.codec import mel
+from tts.codec.mel_codec import MelCodec
+
+
+def cache_path(corpus: Path, audio_filepath: str, folder: str) -> Path:
+    """corpus/folder/<the audio's path>.npy: where per-utterance features are cached (external audio under external/)."""
+    rel = Path(audio_filepath)
+    if rel.is_absolute():
+        rel = Path("external") / rel.relative_to(rel.anchor)
+    return corpus / folder / rel.with_suffix(".npy")
+
+
+def feature_path(corpus: Path, audio_filepath: str) -> Path:
+    return cache_path(corpus, audio_filepath, "features")
+
+
+def load_audio(corpus: Path, audio_filepath: str) -> np.ndarray:
+    path = Path(audio_filepath)
+    path = path if path.is_absolute() else corpus / path
+    if path.suffix.lower() == ".wav":
+        audio, rate = read_wav(path)
+    else:
+        import soundfile
+
+        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        audio = audio.mean(axis=1)
+    return resample(audio, rate, SAMPLE_RATE)
+
+
+
+def cached_log_mel(corpus: Path, audio_filepath: str) -> np.ndarray:
+    """(T, 80) float32 log-mel of one corpus utterance, computed once and kept beside the corpus in fp16."""
+    path = cache_path(corpus, audio_filepath, "mels")
+    if path.exists():
+        return np.load(path).astype(np.float32)
+    features = mel.log_mel(load_audio(corpus, audio_filepath))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, features.astype(np.float16))
+    tmp.replace(path)
+    return features
+
+
+def corpus_features(codec, corpus: Path, audio_filepath: str) -> np.ndarray:
+    """What `codec.encode_features` takes for one corpus utterance: cached log-mel for the mel codec, cached (or
+    fresh) WORLD features for the WORLD codec."""
+    if isinstance(codec, MelCodec):
+        return cached_log_mel(corpus, audio_filepath)
+    from tts.codec import world
+
+    path = cache_path(corpus, audio_filepath, "features")
+    return np.load(path) if path.exists() else world.analyze(load_audio(corpus, audio_filepath))
+

@@ -1,0 +1,106 @@
+"""`s5 eval`: synthesise sentences word by word (streaming), transcribe them, and compare with a reference voice."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tts.data.corpus import read_manifest
+from tts.data.voices import SAMPLE_RATE, VOICES
+from tts.eval.metrics import dnsmos, error_rates, speaker_similarity, transcribe
+from tts.frontend.text import normalize_text
+from tts.inference.streaming import join_chunks, synthesize_words
+from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
+
+
+@dataclass
+class EvalResult:
+    text: str
+    audio: np.ndarray
+    seconds: float  # synthesis wall time
+    chunks: int
+    capped_words: int
+
+
+def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, prompt: VoicePrompt | None = None) -> EvalResult:
+    """The text through the engine `s5 chat` runs (`StreamingSynthesizer`: word-by-word for an S5 model, the whole
+    text for a full-context one), its chunks joined as a player would play them."""
+    mode = "s5" if bundle.model.config.lookahead_words is not None else "t5"
+    start = time.perf_counter()
+    chunks, times = asyncio.run(synthesize_words(bundle, normalize_text(text), mode, config=config, prompt=prompt,
+                                                 max_stretch=1.0))
+    return EvalResult(text, join_chunks(chunks), time.perf_counter() - start, len(chunks), times.capped_words)
+
+
+def evaluate(
+    bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
+    speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
+    prompt: VoicePrompt | None = None,
+) -> dict:
+    if not sentences:
+        raise ValueError("no sentences to evaluate")
+    if reference_voice not in VOICES:
+        raise ValueError(f"unknown reference voice {reference_voice!r} (known: {', '.join(VOICES)})")
+    reference = VOICES[reference_voice]
+    task = progress.add_task("eval", total=len(sentences)) if progress else None
+    hyps, ref_hyps, sims, moses, ratios = [], [], [], [], []
+    synth_seconds = audio_seconds = 0.0
+    for i, text in enumerate(sentences):
+        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i), prompt)
+        ref_audio = reference.synthesize(text).audio
+        hyps.append(transcribe(result.audio, SAMPLE_RATE) if len(result.audio) else "")
+        ref_hyps.append(transcribe(ref_audio, SAMPLE_RATE))
+        target = speaker_clip if speaker_clip is not None else ref_audio
+        sims.append(speaker_similarity(result.audio, target, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 0.0)
+        moses.append(dnsmos(result.audio, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 1.0)
+        ratios.append(len(result.audio) / max(1, len(ref_audio)))
+        synth_seconds += result.seconds
+        audio_seconds += len(result.audio) / SAMPLE_RATE
+        if out_dir is not None:
+            from audio_io.wav import write_wav
+
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_wav(out_dir / f"{i:03d}.wav", result.audio)
+        if progress:
+            progress.advance(task)
+    wer, cer = error_rates(sentences, hyps)
+    wer_ref, _ = error_rates(sentences, ref_hyps)
+    return {
+        "wer": round(wer, 2), "cer": round(cer, 2), "wer_reference": round(wer_ref, 2),
+        "speaker_similarity": round(float(np.mean(sims)), 3), "dnsmos": round(float(np.mean(moses)), 3),
+        "rtf": round(synth_seconds / max(audio_seconds, 1e-6), 3),
+        "duration_ratio": round(float(np.mean(ratios)), 3),
+        "duration_ratio_min": round(float(np.min(ratios)), 3), "duration_ratio_max": round(float(np.max(ratios)), 3),
+        "duration_ratio_in_range": round(float(np.mean([(0.6 <= r <= 1.6) for r in ratios])), 3),
+        "n": len(sentences), "mode": "s5" if bundle.model.config.lookahead_words is not None else "t5",
+        "threads": torch.get_num_threads(),
+    }
+
+
+def heldout_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30) -> list[str]:
+    """Sentences of the test split (never seen in training), in a stable order: from the corpus manifest, or,
+    without a corpus, from the shipped tokenised test split."""
+    if (corpus / "test.jsonl").exists():
+        entries = [e for e in read_manifest(corpus / "test.jsonl") if e.speaker == speaker] or read_manifest(corpus / "test.jsonl")
+        return sorted({e.text for e in entries})[:limit]
+    from tts.data.tokens import load_tokenized
+    from tts.paths import DEFAULT_TOKENS, repo_path
+
+    shipped = load_tokenized(repo_path(DEFAULT_TOKENS), "test")
+    if not shipped:
+        raise FileNotFoundError(f"no test split: neither {corpus}/test.jsonl nor shipped test tokens")
+    return sorted({u.text for u in shipped if u.speaker == speaker} or {u.text for u in shipped})[:limit]
+
+
+ZERO_SHOT_VOICE = "flite_rms"  # held out of training entirely (DESIGN: zero-shot evaluation)
+ZERO_SHOT_PROMPT_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
+
+
+def zero_shot_prompt(bundle: TTSBundle, voice: str = ZERO_SHOT_VOICE) -> tuple[VoicePrompt, np.ndarray]:
+    """A clip of a held-out speaker (synthesised offline by its voice) as the prompt, and the clip itself."""
+    clip = VOICES[voice].synthesize(ZERO_SHOT_PROMPT_TEXT).audio
+    return VoicePrompt.from_audio(bundle, ZERO_SHOT_PROMPT_TEXT, clip), clip

@@ -1,0 +1,395 @@
+"""Streaming synthesis engine: words in one at a time, audio chunks out as soon as the model may speak.
+
+One `StreamingSynthesizer` per utterance (nothing survives a request). Call `push_word` / `end` from the event
+loop; iterate `chunks()` for `AudioChunk`s. Model work runs in a worker thread in small units (a few decoder
+steps), so the event loop stays free and cancellation takes effect within one unit.
+
+Modes (DESIGN.md section 4):
+- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes.
+- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps. The paper emits every 30
+  steps at 86 frames/s (S5's average frames per word there); by default we emit its time equivalent, 0.35 s of
+  frames (8 at 21.5 frames/s), so the comparison stays fair at our frame rate.
+- `sentence`: the full-context model per sentence, as most voice pipelines run TTS: a sentence starts once its
+  last word has arrived; emission as in `t5`.
+The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
+`t5` mode is "offline S5" (all words known before decoding), which is how streaming and offline S5 are compared.
+
+Pacing (s5): when the text arrives slower than the voice speaks (a slow LLM), the engine would finish a word, then
+wait for the next words while the player runs dry. `Pacer` renders such words up to `max_stretch` times slower
+at the same pitch so the audio lasts until the text catches up, and asks the player to hold the first chunk back
+a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
+not drain it. Pacing applies only while words come slower than 5 per second; an LLM stream (10-30 words/s) is
+never stretched or held.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator
+
+import numpy as np
+import torch
+
+from tts.inference.synthesis import (
+    SynthesisConfig,
+    TTSBundle,
+    UtteranceSynthesizer,
+    VoicePrompt,
+)
+from tts.paths import ASSETS
+
+MODES = ("s5", "t5", "sentence")
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+MODELS_DIR = ASSETS / "models"
+
+
+DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
+SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
+PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words
+MAX_PREBUFFER_S = 1.0
+PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
+
+
+def default_emit_every(frame_rate: float) -> int:
+    """Decoder steps per T5 chunk: the paper's 30 steps at 86 frames/s, as time (8 steps at 21.5 frames/s)."""
+    return max(1, round(PAPER_EMIT_SECONDS * frame_rate))
+
+
+def default_model_dir(mode: str) -> Path:
+    """The shipped checkpoint a mode runs by default: S5 (k=2) for s5, the full-context teacher otherwise.
+    S5_MODELS_DIR points elsewhere (a folder holding s5_default/ and t5_default/)."""
+    root = Path(os.environ.get("S5_MODELS_DIR") or MODELS_DIR)
+    return root / ("s5_default" if mode == "s5" else "t5_default")
+
+
+def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path | str | None = None) -> TTSBundle:
+    directory = Path(model_dir) if model_dir else default_model_dir(mode)
+    if not (directory / "model.safetensors").exists():
+        raise FileNotFoundError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
+    return TTSBundle.load(directory, codec_dir)
+
+
+@dataclass
+class AudioChunk:
+    samples: np.ndarray  # float32 mono
+    sample_rate: int
+    created_ns: int  # time.perf_counter_ns() when the chunk became playable
+    frames: int  # codec frames it carries (0 for the final crossfade tail)
+    final: bool = False
+    codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
+    play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
+
+
+@dataclass
+class UtteranceTimes:
+    """Monotonic perf_counter_ns stamps of one utterance; the latency records and benchmarks read them."""
+    word_arrivals_ns: list[int] = field(default_factory=list)
+    end_ns: int | None = None
+    start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
+    first_codec_frame_ns: int | None = None
+    first_chunk_ns: int | None = None
+    last_chunk_ns: int | None = None
+    compute_ns: int = 0  # worker time spent decoding and rendering
+    frames: int = 0
+    paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
+    prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
+    words: int = 0
+    capped_words: int = 0
+
+
+class Pacer:
+    """Per utterance: keeps a virtual player's clock (when the audio emitted so far will have played out) and
+    picks a stretch for each new chunk so that it lasts until the engine can emit again."""
+
+    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
+        self.max_stretch = max(1.0, max_stretch)
+        self.margin_ns = round(margin_s * 1e9)  # reserve: the next word's compute, jitter, a short word next
+        self.play_end_ns: int | None = None
+
+    @staticmethod
+    def paces(text_interval_ns: int | None) -> bool:
+        """Is text arriving one word every text_interval_ns slow enough to pace (slower than 5 words/s)?"""
+        return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
+
+    @staticmethod
+    def prebuffer_ns(text_interval_ns: int | None) -> int:
+        """How long the player should hold the first chunk for text arriving one word every text_interval_ns."""
+        if not Pacer.paces(text_interval_ns):
+            return 0
+        return round(min(MAX_PREBUFFER_S * 1e9, PREBUFFER_WORDS * text_interval_ns))
+
+    def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
+        """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
+        arrive (None: it can go on at once). Returns the factor (1 .. max_stretch) to render the chunk with."""
+        buffered_ns = max(0, self.play_end_ns - now_ns) if self.play_end_ns is not None else 0
+        factor = 1.0
+        if wait_ns is not None and chunk_s > 0:
+            needed_s = (wait_ns + self.margin_ns - buffered_ns) / 1e9
+            factor = min(self.max_stretch, max(1.0, needed_s / chunk_s))
+        self.play_end_ns = max(self.play_end_ns or now_ns, now_ns) + round(chunk_s * factor * 1e9)
+        return factor
+
+
+class StreamingSynthesizer:
+    def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
+                 prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
+        k = bundle.model.config.lookahead_words
+        if mode == "s5" and k is None:
+            raise ValueError("s5 mode needs an S5 checkpoint (lookahead_words set); this one is full-context")
+        self.bundle = bundle
+        self.mode = mode
+        self.config = config or SynthesisConfig()
+        self.emit_every = emit_every or default_emit_every(bundle.codec.frame_rate)
+        self.prompt = prompt  # reference audio of the target voice, prefixed to every segment
+        self.k = k
+        self.sample_rate = bundle.codec.sample_rate
+        self.times = UtteranceTimes()
+        # input side (event loop): words waiting for the worker
+        self._pending: deque[str] = deque()
+        self._ended = False
+        self._lock = threading.Lock()
+        self._wake = asyncio.Event()
+        # worker side: full-context segments wait here for their last word; segments run in order
+        self._held_words: list[str] = []
+        self._segments: deque[UtteranceSynthesizer] = deque()
+        self._cursor = 0  # frames of the front segment already rendered
+        self._input_done = False
+        self._codec_stream = bundle.codec.streaming_decoder()
+        stretchable = getattr(self._codec_stream, "supports_stretch", False)  # the NeMo adapter renders audio directly
+        self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
+        self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
+        self._seed = self.config.seed
+        self._closed = False
+        self._unit: asyncio.Future | None = None  # the worker unit in flight
+
+    # ---- input (event loop thread) ----------------------------------------------------------------------
+    def push_word(self, word: str) -> None:
+        if self._ended:
+            raise RuntimeError("push_word after end()")
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._pending.append(word)
+            self.times.word_arrivals_ns.append(now)
+        if self.times.start_allowed_ns is None and (
+            (self.mode == "s5" and len(self.times.word_arrivals_ns) == self.k + 1)
+            or (self.mode == "sentence" and SENTENCE_END.search(word))
+        ):
+            self.times.start_allowed_ns = now
+        self._wake.set()
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.times.end_ns = time.perf_counter_ns()
+        if self.times.start_allowed_ns is None:
+            self.times.start_allowed_ns = self.times.end_ns
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Cancel: stop decoding, drop every model state and queued word (a running unit finishes first)."""
+        self._closed = True
+        self._wake.set()
+        if self._unit is not None and not self._unit.done():
+            try:
+                await self._unit
+            except Exception:  # the unit's own failure changes nothing now
+                pass
+        self._release()
+
+    def _release(self) -> None:
+        self._segments.clear()
+        self._pending.clear()
+        self._held_words.clear()
+        self._codec_stream = None
+
+    @property
+    def busy(self) -> bool:
+        return self._unit is not None and not self._unit.done()
+
+    @property
+    def released(self) -> bool:
+        return self._codec_stream is None and not self._segments and not self.busy
+
+    # ---- output (event loop thread) ---------------------------------------------------------------------
+    async def chunks(self) -> AsyncIterator[AudioChunk]:
+        try:
+            while not self._closed:
+                self._wake.clear()
+                # shielded: a cancelled consumer leaves the unit to finish in its thread; aclose() waits for it
+                self._unit = asyncio.ensure_future(asyncio.to_thread(self._work))
+                chunk, state = await asyncio.shield(self._unit)
+                if chunk is not None and len(chunk.samples):
+                    self.times.last_chunk_ns = chunk.created_ns
+                    if self.times.first_chunk_ns is None:
+                        self.times.first_chunk_ns = chunk.created_ns
+                    yield chunk
+                if state == "done":
+                    return
+                if state == "idle":
+                    await self._wake.wait()
+        finally:
+            if (self._closed or self._input_done) and not self.busy:  # else aclose() releases after the unit
+                self._release()
+
+    # ---- worker thread ------------------------------------------------------------------------------------
+    def _new_segment(self, words: list[str]) -> None:
+        config = self.config
+        if self._seed is not None:  # a different but reproducible seed per sentence
+            config = SynthesisConfig(**{**vars(self.config), "seed": self._seed + len(self._segments) + self.times.words})
+        segment = UtteranceSynthesizer(self.bundle, config, self.prompt)
+        for word in words:
+            segment.push_word(word)
+        if self.mode != "s5":
+            segment.end()
+        self._segments.append(segment)
+
+    def _absorb_input(self) -> None:
+        with self._lock:
+            words = list(self._pending)
+            self._pending.clear()
+            ended = self._ended
+        if self.mode == "s5":
+            if not self._segments:
+                self._new_segment([])
+            for word in words:
+                self._segments[-1].push_word(word)
+            if ended and not self._input_done:
+                self._segments[-1].end()
+        else:
+            for word in words:
+                self._held_words.append(word)
+                if self.mode == "sentence" and SENTENCE_END.search(word):
+                    self._flush_held()
+            if ended and not self._input_done:
+                self._flush_held()
+        self._input_done = ended
+
+    def _flush_held(self) -> None:
+        if self._held_words:
+            self._new_segment(self._held_words)
+            self._held_words = []
+
+    def _work(self) -> tuple[AudioChunk | None, str]:
+        """One unit: absorb input, decode a few frames of the front segment, render what may be emitted.
+        Returns (chunk or None, "progress" | "idle" | "done")."""
+        if self._closed:
+            return None, "done"
+        started = time.perf_counter_ns()
+        self._absorb_input()
+        while self._segments and self._segments[0].finished and self._cursor >= len(self._segments[0].frames):
+            self._finish_segment()
+        if not self._segments:
+            if self._input_done and not self._held_words:
+                return self._emit_tail(started), "done"
+            return None, "idle"
+        segment = self._segments[0]
+        if not segment.ready():
+            return None, "idle"
+        if self.mode == "s5":
+            completed = segment.step(max_frames=8, stop_at_word=True)
+            emit = bool(completed) or segment.finished
+        else:
+            completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))
+            emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
+        self.times.capped_words += sum(c.capped for c in completed)
+        self.times.words += len(completed)
+        if self.times.first_codec_frame_ns is None and segment.frames:
+            self.times.first_codec_frame_ns = time.perf_counter_ns()
+        chunk = self._render(segment) if emit else None
+        self.times.compute_ns += time.perf_counter_ns() - started
+        return chunk, "progress"
+
+    def _render(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
+        new = segment.frames[self._cursor :]
+        if not new:
+            return None
+        self._cursor = len(segment.frames)
+        self.times.frames += len(new)
+        codes = torch.stack(new, dim=1)
+        if self._pacer is None:
+            audio = self._codec_stream.push(codes)
+        else:
+            now, seconds = time.perf_counter_ns(), len(new) / self.bundle.codec.frame_rate
+            first = self._pacer.play_end_ns is None
+            interval = self._text_interval_ns()
+            stretch = self._pacer.stretch(now, seconds, self._text_wait_ns(segment, now, interval))
+            audio = self._codec_stream.push(codes, stretch)
+            self.times.paced_s += seconds * (stretch - 1)
+            if first and not self._ended:
+                hold = Pacer.prebuffer_ns(interval)
+                self._play_after_ns = now + hold if hold else None
+                self.times.prebuffer_ms = hold / 1e6
+        play_after = None
+        if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
+            play_after, self._play_after_ns = self._play_after_ns, None
+        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after)
+
+    def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int, interval_ns: int | None) -> int | None:
+        """s5: how long until the words the next word needs will have arrived, guessed from the recent word
+        interval (None: the next word may be generated at once, or the text is too fast to pace)."""
+        if self._ended or segment.ready() or not Pacer.paces(interval_ns):  # an LLM-speed stream keeps ahead
+            return None
+        with self._lock:
+            missing = segment.current + self.k - len(segment.words) - len(self._pending)
+            last = self.times.word_arrivals_ns[-1]
+        return max(0, round(last + missing * interval_ns - now_ns)) if missing > 0 else None
+
+    def _text_interval_ns(self) -> int | None:
+        """The recent time between words (None before two words arrived)."""
+        with self._lock:
+            recent = self.times.word_arrivals_ns[-5:]
+        return round((recent[-1] - recent[0]) / (len(recent) - 1)) if len(recent) >= 2 else None
+
+    def _finish_segment(self) -> None:
+        self._segments.popleft()
+        self._cursor = 0
+
+    def _emit_tail(self, started: int) -> AudioChunk:
+        tail = self._codec_stream.flush() if self._codec_stream is not None else np.zeros(0, np.float32)
+        self.times.compute_ns += time.perf_counter_ns() - started
+        return AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0, final=True)
+
+
+async def feed_words(synth: StreamingSynthesizer, words: list[str], words_per_second: float = 0.0) -> None:
+    """Push words at a steady rate (0: all at once), then end the text: an LLM stream stand-in."""
+    start = time.perf_counter()
+    for i, word in enumerate(words):
+        if words_per_second > 0:
+            await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
+        synth.push_word(word)
+    synth.end()
+
+
+async def synthesize_words(
+    bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
+    config: SynthesisConfig | None = None, emit_every: int | None = None, prompt: VoicePrompt | None = None,
+    max_stretch: float = DEFAULT_MAX_STRETCH,
+) -> tuple[list[AudioChunk], UtteranceTimes]:
+    """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of the
+    benchmark and the tests."""
+    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt, max_stretch)
+    feeder = asyncio.create_task(feed_words(synth, words, words_per_second))
+    try:
+        chunks = [chunk async for chunk in synth.chunks()]
+    finally:
+        feeder.cancel()
+    return chunks, synth.times
+
+
+def join_codes(chunks: list[AudioChunk]) -> torch.Tensor | None:
+    parts = [c.codes for c in chunks if c.codes is not None]
+    return torch.cat(parts, dim=1) if parts else None
+
+
+def join_chunks(chunks: list[AudioChunk]) -> np.ndarray:
+    parts = [c.samples for c in chunks if len(c.samples)]
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)

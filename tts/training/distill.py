@@ -1,0 +1,187 @@
+"""`s5 distill`: interleaved multi-source distillation (IMSD, DESIGN.md section 4) of a full-context T5-TTS
+teacher into an S5-TTS student.
+
+- D_audio: the paired corpus; the teacher's soft labels come from a teacher-forced pass over the same batch.
+- D_text: text-only sentences the teacher speaks by sampling; a sample is kept only when the ASR (Whisper tiny.en)
+  transcribes it with zero WER. Its frame-to-word alignment comes from the synthesizer itself (the words it completed).
+- Loss = hidden_weight * MSE(final decoder hidden states) + kl_weight * KL(teacher || student) + CE (+ the
+  student's alignment losses); one D_audio and one D_text mini-batch inside every gradient-accumulation cycle.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tts.data.tokens import TokenizedUtterance, load_tokenized
+from tts.inference.export import load_exported
+from tts.inference.synthesis import SynthesisConfig, TTSBundle, synthesize_text
+from tts.model.batch import collate
+from tts.model.losses import masked_mean
+from tts.model.s5tts import S5TTS, teacher_forcing
+from tts.paths import DEFAULT_TOKENS
+from tts.training.trainer import BucketSampler, TrainConfig, Trainer, learning_rate
+
+
+@dataclass
+class DistillConfig:
+    teacher: str = "tts/assets/models/t5_default"  # exported full-context model
+    student: str = "tts/assets/models/s5_default"  # exported S5 model to start from (pretrained)
+    data: str = DEFAULT_TOKENS
+    speakers: list[str] = field(default_factory=list)
+    out: str = "runs/s5_distilled"
+    text_file: str = ""  # D_text sentences, one per line
+    text_limit: int = 200
+    asr_filter: bool = True  # keep only zero-WER teacher samples
+    hidden_weight: float = 10.0
+    kl_weight: float = 1.0
+    ce_weight: float = 1.0
+    batch_frames: int = 2400
+    max_frames: int = 400
+    lr: float = 2e-4
+    lr_min: float = 5e-5
+    warmup_steps: int = 50
+    max_steps: int = 1000
+    max_minutes: float = 0.0
+    checkpoint_minutes: float = 5.0
+    seed: int = 0
+    threads: int = 0
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(data=self.data, out=self.out, speakers=self.speakers, batch_frames=self.batch_frames,
+                           max_frames=self.max_frames, grad_accum=2, lr=self.lr, lr_min=self.lr_min,
+                           warmup_steps=self.warmup_steps, max_steps=self.max_steps, prior_full_until=0, prior_zero_at=0,
+                           aux_warmup_steps=0, checkpoint_minutes=self.checkpoint_minutes, max_minutes=self.max_minutes,
+                           seed=self.seed, threads=self.threads)
+
+
+# ---- losses -----------------------------------------------------------------------------------------------------
+def kl_teacher_student(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) per codebook, averaged over codebooks and masked positions. logits: (B, S, K, V)"""
+    teacher_logp = teacher_logits.float().log_softmax(-1)
+    student_logp = student_logits.float().log_softmax(-1)
+    per_codebook = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1)  # (B, S, K)
+    return masked_mean(per_codebook, mask)
+
+
+@dataclass
+class DistillLosses:
+    total: torch.Tensor
+    ce: torch.Tensor
+    kl: torch.Tensor
+    hidden_mse: torch.Tensor
+    alignment: torch.Tensor
+
+    def as_floats(self) -> dict[str, float]:
+        return {k: float(v.detach()) for k, v in vars(self).items()}
+
+
+def distill_losses(student: S5TTS, teacher: S5TTS, batch, config: DistillConfig) -> DistillLosses:
+    out = student(batch)  # teacher-forced, with CE and the alignment losses
+    with torch.no_grad():
+        teacher_out = teacher(batch)
+    _, _, valid = teacher_forcing(batch.codes, batch.code_lens, student.config.bos_id, student.config.eos_id)
+    kl = kl_teacher_student(teacher_out.logits, out.logits, valid)
+    hidden = masked_mean((out.hidden - teacher_out.hidden) ** 2, valid)
+    alignment = out.losses.total - student.config.ce_weight * out.losses.ce
+    total = config.ce_weight * out.losses.ce + config.kl_weight * kl + config.hidden_weight * hidden + alignment
+    return DistillLosses(total, out.losses.ce, kl, hidden, alignment)
+
+
+# ---- D_text -----------------------------------------------------------------------------------------------------
+def teacher_text_set(teacher: TTSBundle, sentences: list[str], asr_filter: bool = True, seed: int = 0,
+                     progress=None) -> tuple[list[TokenizedUtterance], dict]:
+    """Teacher samples of text-only sentences; with asr_filter only those the ASR transcribes exactly."""
+    if asr_filter:
+        from tts.eval.metrics import error_rates, transcribe
+    kept: list[TokenizedUtterance] = []
+    task = progress.add_task("D_text (teacher)", total=len(sentences)) if progress else None
+    for i, text in enumerate(sentences):
+        codes, chunks = synthesize_text(teacher, text, SynthesisConfig(seed=seed + i))
+        if progress:
+            progress.advance(task)
+        if not chunks or codes.shape[1] == 0:
+            continue
+        if asr_filter:
+            hypothesis = transcribe(teacher.codec.decode(codes), teacher.codec.sample_rate)
+            if error_rates([text], [hypothesis])[0] > 0:
+                continue
+        words = [teacher.g2p.encode_words([c.word])[0] for c in chunks]
+        frame_words = np.concatenate([np.full(c.codes.shape[1], i + 1, dtype=np.int16) for i, c in enumerate(chunks)])
+        kept.append(TokenizedUtterance(text, "teacher", words, codes.numpy().astype(np.int16), frame_words))
+    stats = {"generated": len(sentences), "kept": len(kept), "kept_fraction": round(len(kept) / max(1, len(sentences)), 3)}
+    return kept, stats
+
+
+# ---- training ---------------------------------------------------------------------------------------------------
+def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
+    teacher_model, symbols, teacher_meta = load_exported(Path(config.teacher))
+    if teacher_model.config.lookahead_words is not None:
+        raise ValueError(f"the teacher in {config.teacher} is not full-context (lookahead_words must be null)")
+    student_model, _, _ = load_exported(Path(config.student))
+    if student_model.config.lookahead_words is None:
+        raise ValueError(f"the student in {config.student} is full-context; distillation needs an S5 model")
+    if teacher_model.config.d_model != student_model.config.d_model:
+        raise ValueError("teacher and student need the same d_model (hidden-state MSE)")
+    from tts.codec.load import load_codec
+
+    teacher = TTSBundle(teacher_model, symbols, load_codec(teacher_meta.get("train", {}).get("codec_dir")))
+    audio_set = load_tokenized(Path(config.data), "train")
+    if config.speakers:
+        audio_set = [u for u in audio_set if u.speaker in config.speakers]
+    if not audio_set:
+        raise FileNotFoundError(f"no training utterances in {config.data}")
+    text_set, text_stats = teacher_text_set(teacher, sentences[: config.text_limit], config.asr_filter, config.seed, progress)
+
+    trainer = Trainer(student_model.config, config.train_config(), progress)
+    if trainer.step == 0:  # a fresh run starts from the pretrained student
+        trainer.model.load_state_dict(student_model.state_dict())
+    teacher_model.eval()
+    audio_batches = BucketSampler(audio_set, trainer.config)
+    text_batches = BucketSampler(text_set, trainer.config) if text_set else None
+    log_path = Path(config.out) / "distill_log.jsonl"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    task = progress.add_task("distilling", total=config.max_steps, completed=trainer.step) if progress else None
+    started = last_save = time.monotonic()
+    audio_iter, text_iter = iter(()), iter(())
+    while trainer.step < config.max_steps:
+        record: dict[str, float] = {}
+        sources = ["audio", "text"] if text_batches else ["audio", "audio"]
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = learning_rate(trainer.step, trainer.config)
+        for source in sources:  # one D_audio and one D_text mini-batch per accumulation cycle
+            if source == "audio":
+                examples = next(audio_iter, None)
+                if examples is None:
+                    audio_iter = iter(audio_batches.epoch())
+                    examples = next(audio_iter)
+            else:
+                examples = next(text_iter, None)
+                if examples is None:
+                    text_iter = iter(text_batches.epoch())
+                    examples = next(text_iter)
+            losses = distill_losses(trainer.model, teacher_model, collate(examples), config)
+            (losses.total / len(sources)).backward()
+            for k, v in losses.as_floats().items():
+                record[f"{source}_{k}"] = record.get(f"{source}_{k}", 0.0) + v / sources.count(source)
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.step += 1
+        record["step"] = trainer.step
+        with log_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if progress:
+            progress.update(task, completed=trainer.step)
+        out_of_time = config.max_minutes and time.monotonic() - started > config.max_minutes * 60
+        if time.monotonic() - last_save > config.checkpoint_minutes * 60 or trainer.step >= config.max_steps or out_of_time:
+            trainer.save()
+            last_save = time.monotonic()
+        if out_of_time:
+            break
+    trainer.save()
+    return {"steps": trainer.step, "d_text": text_stats, "d_audio": len(audio_set), "config": asdict(config)}

@@ -1,0 +1,98 @@
+"""Log-mel features of a corpus (cached as fp16 .npy, resumable) and mel codec training (`s5 codec train --kind mel`)."""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel, mel_codec_loss
+from tts.data.corpus import read_manifest
+from tts.data.features import cached_log_mel
+from tts.training.codec_train import random_segments
+
+
+def load_mel_set(corpus: Path, manifest: str, max_hours: float, seed: int, speakers: list[str] | None = None,
+                 progress=None) -> list[np.ndarray]:
+    """Up to max_hours of the manifest's log-mel frames (computed and cached where missing), in a seeded order."""
+    entries = [e for e in read_manifest(corpus / f"{manifest}.jsonl") if speakers is None or e.speaker in speakers]
+    if not entries:
+        raise FileNotFoundError(f"no utterances in {corpus}/{manifest}.jsonl" + (f" for {', '.join(speakers)}" if speakers else ""))
+    random.Random(seed).shuffle(entries)
+    taken, seconds = [], 0.0
+    for e in entries:
+        if seconds >= max_hours * 3600:
+            break
+        taken.append(e)
+        seconds += e.duration
+    task = progress.add_task(f"log-mel {manifest}", total=len(taken)) if progress else None
+    out = []
+    for e in taken:
+        out.append(cached_log_mel(corpus, e.audio_filepath))
+        if progress:
+            progress.advance(task)
+    return out
+
+
+@dataclass
+class MelCodecTrainConfig:
+    minutes: float = 25.0
+    batch: int = 16
+    segment_frames: int = 128  # log-mel frames per training segment (a multiple of the stack)
+    lr: float = 1e-3
+    seed: int = 0
+    max_hours: float = 6.0  # of training audio held in memory as log-mel
+    speakers: list[str] | None = None  # the voices to learn (default: all of the corpus)
+
+
+def train_mel_codec(corpus: Path, config: MelCodecConfig, train: MelCodecTrainConfig, progress=None,
+                    log_path: Path | None = None, checkpoint: Path | None = None) -> tuple[MelCodec, dict]:
+    """L1 on normalised log-mel, AdamW with a cosine schedule over the time budget; the weights are saved to
+    `checkpoint` every few minutes (a stopped run leaves a usable codec)."""
+    torch.manual_seed(train.seed)
+    rng = np.random.default_rng(train.seed)
+    train_set = load_mel_set(corpus, "train", train.max_hours, train.seed, train.speakers, progress)
+    val_set = load_mel_set(corpus, "val", 0.2, train.seed, train.speakers)
+    model = MelCodecModel(config)
+    stacked = np.concatenate(train_set[:500])
+    model.mel_mean.copy_(torch.from_numpy(stacked.mean(0)))
+    model.mel_std.copy_(torch.from_numpy(stacked.std(0) + 1e-3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=0.0)
+    deadline_s = train.minutes * 60
+    task = progress.add_task(f"mel codec {config.frame_rate:.1f} fps", total=deadline_s) if progress else None
+    started = last_save = time.monotonic()
+    step = 0
+    while (elapsed := time.monotonic() - started) < deadline_s:
+        for group in optimizer.param_groups:
+            group["lr"] = train.lr * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+        batch = random_segments(train_set, train.batch, train.segment_frames, rng)
+        output, target = model(batch)
+        losses = mel_codec_loss(output, target)
+        optimizer.zero_grad()
+        losses["total"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if log_path is not None and step % 50 == 0:
+            with log_path.open("a") as f:
+                f.write(json.dumps({"step": step, "minutes": round(elapsed / 60, 2),
+                                    **{k: round(float(v.detach()), 4) for k, v in losses.items()}}) + "\n")
+        if checkpoint is not None and time.monotonic() - last_save > 300:
+            MelCodec(model).save(checkpoint)
+            model.train()
+            last_save = time.monotonic()
+        if progress:
+            progress.update(task, completed=min(elapsed, deadline_s))
+    model.eval()
+    with torch.no_grad():
+        batch = random_segments(val_set, 64, train.segment_frames, np.random.default_rng(1))
+        log = {k: round(float(v), 4) for k, v in mel_codec_loss(*model(batch)).items()}
+    log.update(steps=step, minutes=round((time.monotonic() - started) / 60, 1))
+    codec = MelCodec(model)
+    if checkpoint is not None:
+        codec.save(checkpoint)
+    return codec, log

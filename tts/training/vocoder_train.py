@@ -1,0 +1,164 @@
+"""`s5 vocoder distill`: a cheaper HiFi-GAN generator trained on this CPU to sound like the V1 universal one.
+
+The student keeps V1's shape but fewer multi-receptive-field kernels (default 3 and 7: without the kernel-11
+resblocks half of the convolution work and most of the right context go). It starts from the teacher's own weights
+for every layer it keeps and learns, from the teacher's output on the mel codec's decoded log-mel (what the vocoder
+hears in use), to match it: log-mel L1, multi-resolution STFT (spectral convergence + log magnitude) and waveform
+L1. No discriminator: the teacher's waveform is the target, so phase has something to follow.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tts.codec import mel
+from tts.codec.mel_codec import MelCodec
+from tts.codec.vocoder import Generator, Vocoder, VocoderConfig, load_vocoder
+from tts.data.corpus import read_manifest
+from tts.data.features import cached_log_mel
+
+STFT_RESOLUTIONS = [(512, 128), (1024, 256), (2048, 512)]  # (n_fft, hop)
+
+
+@dataclass
+class VocoderDistillConfig:
+    resblock_kernel_sizes: list[int] = field(default_factory=lambda: [3, 7])  # the teacher's kernels to keep
+    minutes: float = 60.0
+    batch: int = 6
+    segment_frames: int = 32  # mel frames a segment is scored on
+    margin_frames: int = 16  # context on each side (>= the teacher's receptive field), not scored
+    lr: float = 1e-4
+    utterances: int = 800  # train-split utterances decoded through the codec (about 50 minutes of speech)
+    speaker: str = "piper_joe"
+    seed: int = 0
+
+
+def student_from_teacher(teacher: Generator, kernels: list[int]) -> Generator:
+    """V1's shape with only `kernels` in each multi-receptive-field block, every kept layer copied from the teacher."""
+    config = teacher.config
+    missing = set(kernels) - set(config.resblock_kernel_sizes)
+    if missing:
+        raise ValueError(f"the teacher has no resblocks of kernel {sorted(missing)} (it has {config.resblock_kernel_sizes})")
+    keep = [i for i, k in enumerate(config.resblock_kernel_sizes) if k in kernels]
+    student = Generator(VocoderConfig(**{**asdict(config), "resblock_kernel_sizes": [config.resblock_kernel_sizes[i] for i in keep],
+                                         "resblock_dilation_sizes": [config.resblock_dilation_sizes[i] for i in keep]}))
+    state = {}
+    for key, value in teacher.state_dict().items():
+        if key.startswith("resblocks."):
+            index = int(key.split(".")[1])
+            stage, j = divmod(index, teacher.num_kernels)
+            if j not in keep:
+                continue
+            key = f"resblocks.{stage * len(keep) + keep.index(j)}." + key.split(".", 2)[2]
+        state[key] = value.clone()
+    student.load_state_dict(state)
+    return student
+
+
+def stft_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Multi-resolution spectral convergence + log-magnitude L1 (Parallel WaveGAN) between (B, n) waveforms."""
+    total = y.new_zeros(())
+    for n_fft, hop in STFT_RESOLUTIONS:
+        window = torch.hann_window(n_fft, device=y.device)
+        mags = [torch.sqrt(torch.stft(x, n_fft, hop, n_fft, window, return_complex=True).abs().square() + 1e-7)
+                for x in (y, target)]
+        convergence = torch.linalg.norm(mags[1] - mags[0]) / torch.linalg.norm(mags[1])
+        total = total + convergence + F.l1_loss(torch.log(mags[0]), torch.log(mags[1]))
+    return total / len(STFT_RESOLUTIONS)
+
+
+def distill_losses(y: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """(B, n) student and teacher waveforms -> named losses; `total` is what is minimised."""
+    losses = {"mel": F.l1_loss(mel.log_mel_torch(y, eps=1e-9), mel.log_mel_torch(target, eps=1e-9)),
+              "stft": stft_loss(y, target), "wave": F.l1_loss(y, target)}
+    losses["total"] = losses["mel"] + losses["stft"] + 10 * losses["wave"]
+    return losses
+
+
+def decoded_mels(corpus: Path, codec: MelCodec, config: VocoderDistillConfig, progress=None) -> list[np.ndarray]:
+    """The codec round trip of `utterances` seeded train-split utterances: the log-mel the vocoder meets in use."""
+    entries = [e for e in read_manifest(corpus / "train.jsonl") if e.speaker == config.speaker]
+    if not entries:
+        raise FileNotFoundError(f"no {config.speaker} utterances in {corpus}/train.jsonl")
+    random.Random(config.seed).shuffle(entries)
+    entries = entries[: config.utterances]
+    task = progress.add_task("codec round trips", total=len(entries)) if progress else None
+    out = []
+    for e in entries:
+        out.append(codec.decode_features(codec.encode_features(cached_log_mel(corpus, e.audio_filepath))))
+        if progress:
+            progress.advance(task)
+    return out
+
+
+def segments(mels: list[np.ndarray], count: int, length: int, rng: np.random.Generator) -> torch.Tensor:
+    """(count, 80, length) random windows, utterances shorter than `length` padded with silence."""
+    batch = []
+    for i in rng.integers(0, len(mels), count):
+        m = mels[i]
+        if len(m) < length:
+            m = np.concatenate([m, np.full((length - len(m), mel.N_MELS), mel.LOG_FLOOR, np.float32)])
+        start = rng.integers(0, len(m) - length + 1)
+        batch.append(m[start : start + length].T)
+    return torch.from_numpy(np.stack(batch)).float()
+
+
+def distill_vocoder(corpus: Path, codec: MelCodec, out: Path, config: VocoderDistillConfig, progress=None) -> dict:
+    """Train the student for `config.minutes` (cosine schedule over the time budget); `out` gets the student's fp16
+    weights every 5 minutes and at the end, and train_state.pt (with optimizer state, to resume; not for git)."""
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    teacher = load_vocoder().generator
+    student = student_from_teacher(teacher, config.resblock_kernel_sizes)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, betas=(0.8, 0.99), weight_decay=0.0)
+    state_path, step = out / "train_state.pt", 0
+    if state_path.exists():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        student.load_state_dict(state["student"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+    mels = decoded_mels(corpus, codec, config, progress)
+    hop, margin, length = mel.HOP, config.margin_frames, config.segment_frames + 2 * config.margin_frames
+    scored = slice(margin * hop, (margin + config.segment_frames) * hop)
+    deadline_s = config.minutes * 60
+    task = progress.add_task(f"vocoder distill {config.resblock_kernel_sizes}", total=deadline_s) if progress else None
+    started = last_save = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        Vocoder(student).save(out)
+        student.train()
+        torch.save({"student": student.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, state_path)
+
+    student.train()
+    while (elapsed := time.monotonic() - started) < deadline_s:
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+        x = segments(mels, config.batch, length, rng)  # (B, 80, S + 2M)
+        with torch.no_grad():
+            target = teacher(x)[:, 0, scored]
+        losses = distill_losses(student(x)[:, 0, scored], target)
+        optimizer.zero_grad()
+        losses["total"].backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 10.0)
+        optimizer.step()
+        step += 1
+        if step % 10 == 0:
+            with (out / "train_log.jsonl").open("a") as f:
+                f.write(json.dumps({"step": step, "minutes": round(elapsed / 60, 2),
+                                    **{k: round(float(v.detach()), 4) for k, v in losses.items()}}) + "\n")
+        if time.monotonic() - last_save > 300:
+            save()
+            last_save = time.monotonic()
+        if progress:
+            progress.update(task, completed=min(elapsed, deadline_s))
+    student.eval()
+    save()
+    return {"steps": step, "minutes": round((time.monotonic() - started) / 60, 1), "config": asdict(config)}
