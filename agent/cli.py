@@ -232,7 +232,7 @@ def _codec_vocoder(args: argparse.Namespace) -> int:
     if not isinstance(codec, MelCodec):
         raise ValueError(f"{args.codec} is not a mel codec: the vocoder learns from a mel codec's decoded log-mel")
     config = VocoderDistillConfig(resblock_kernel_sizes=[int(k) for k in args.kernels.split(",")], minutes=args.minutes,
-                                  batch=args.batch, lr=args.lr, utterances=args.utterances)
+                                  batch=args.batch, lr=args.lr, utterances=args.utterances, init_from=args.init_from or "")
     with _progress() as progress:
         log = distill_vocoder(args.corpus, codec, args.out, config, progress)
     err.print(f"vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
@@ -592,6 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     vocoder.add_argument("--lr", type=float, default=1e-4)
     vocoder.add_argument("--utterances", type=int, default=800)
     vocoder.add_argument("--threads", type=int, default=0)
+    vocoder.add_argument("--init-from", default=None, help="continue from a saved student (fresh optimizer)")
     vocoder.set_defaults(func=_codec_vocoder)
 
     say = commands.add_parser("say", help="speak a text through the streaming engine (plays, or writes a WAV)")

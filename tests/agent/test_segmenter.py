@@ -1,8 +1,11 @@
 """LLM pieces to words: whatever the cuts, the words are the text's words, none split or merged."""
-from hypothesis import given
+from pathlib import Path
+
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.segmenter import WordSegmenter
+from tts.frontend.text import TextNormalizer, normalize_text
 
 TEXT = st.text(alphabet=st.sampled_from(list("ab,.!? \n\t'-`é😀\r\u00a0")), max_size=120)
 
@@ -38,3 +41,17 @@ def test_whitespace_and_punctuation_edge_cases():
     assert [w.text for w in segment("...!!! ?", [1, 3])] == ["...!!!", "?"]
     words = segment("- item one\n- item two", [3, 9, 12])
     assert [(w.text, w.line_start) for w in words] == [("-", True), ("item", False), ("one", False), ("-", True), ("item", False), ("two", False)]
+
+
+SENTENCES = [line.replace("\\n", "\n") for line in (Path(__file__).parent.parent / "data" / "sentences_200.txt").read_text().splitlines()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(SENTENCES), st.lists(st.integers(min_value=0, max_value=400), max_size=60))
+def test_streamed_reply_is_spoken_as_the_whole_text(text, cuts):
+    """The live text path (LLM pieces cut anywhere -> segmenter -> normaliser, as the orchestrator runs it) speaks
+    the words that normalising the whole reply gives: numbers, currency, markdown and line starts included."""
+    normalizer, spoken = TextNormalizer(), []
+    for word in segment(text, cuts):
+        spoken += normalizer.push(word.text, word.line_start)
+    assert spoken == normalize_text(text)

@@ -102,7 +102,6 @@ class UtteranceSynthesizer:
         self.generator = torch.Generator().manual_seed(self.config.seed) if self.config.seed is not None else None
         cap = self.config.max_frames_per_word or round(2.5 * bundle.codec.frame_rate)
         self.max_frames_per_word = cap
-        self.token_words: list[int] = []  # word of every encoder token, for reading the attention
         self.word_caps: list[int] = []  # frame cap of every word (the smaller of the two guards)
         self.word_minimums: list[int] = []  # frames every word gets at least
         # a voice prompt's words come first in the encoder and its frames prefix the decoder; our words are numbered

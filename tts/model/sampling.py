@@ -1,15 +1,7 @@
 """Per-codebook top-k / temperature sampling of codec frames, with BOS never and EOS only sometimes allowed."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-
-
-@dataclass
-class SamplingConfig:
-    top_k: int = 80
-    temperature: float = 0.85
 
 
 def mask_special_codes(logits: torch.Tensor, codebook_size: int, allow_eos: bool) -> torch.Tensor:

@@ -34,7 +34,6 @@ class DistillConfig:
     data: str = DEFAULT_TOKENS
     speakers: list[str] = field(default_factory=list)
     out: str = "runs/s5_distilled"
-    text_file: str = ""  # D_text sentences, one per line
     text_limit: int = 200
     asr_filter: bool = True  # keep only zero-WER teacher samples
     hidden_weight: float = 10.0

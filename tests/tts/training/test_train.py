@@ -120,7 +120,7 @@ def test_ddp_two_cpu_processes_keep_identical_weights(tmp_path):
         "dist.barrier()\n"
         "dist.destroy_process_group()\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]), OMP_NUM_THREADS="1")
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533", str(script),
          str(tmp_path / "tokens"), str(tmp_path / "run")],

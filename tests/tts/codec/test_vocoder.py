@@ -11,7 +11,7 @@ from tts.codec import mel
 from tts.codec.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum
 from tts.codec.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
 
-FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
+FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 
 
 def _stream(layer, x: torch.Tensor, chunk: int) -> torch.Tensor:

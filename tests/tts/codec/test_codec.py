@@ -14,7 +14,7 @@ from tts.codec.world_codec import (
     FeatureCodec,
 )
 
-FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
+FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 
 
 def test_fsq_codes_round_trip():

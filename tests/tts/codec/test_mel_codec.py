@@ -11,7 +11,7 @@ from tts.codec import mel
 from tts.codec.load import load_codec
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
 
-FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
+FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import numpy as np
 from audio_io.wav import read_wav
 from tts.eval.metrics import error_rates, transcribe, words_for_scoring
 
-FIXTURE = Path(__file__).parent.parent / "data" / "piper_fox.wav"
+FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 FOX = "The quick brown fox jumps over the lazy dog."
 
 
