@@ -10,6 +10,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import emoji
 from num2words import num2words
@@ -47,6 +48,28 @@ MONTHS = ["january", "february", "march", "april", "may", "june", "july", "augus
           "november", "december"]
 SYMBOL_WORDS = {"&": "and", "+": "plus", "=": "equals", "@": "at", "%": "percent", "#": "number"}
 SCALE = {"k": "thousand", "m": "million", "b": "billion", "bn": "billion", "t": "trillion"}
+POWERS = {2: "squared", 3: "cubed"}
+DENOMINATORS = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+
+
+def numeric_char_words(c: str) -> str | None:
+    """A digit-like character outside ASCII, as text the rest of the normaliser reads: a decimal digit of another
+    script becomes the ASCII digit (numbers keep their value); a sub- or superscript, circled or vulgar-fraction
+    character becomes words between spaces (H₂O -> "H two O", mc² -> "mc squared", ½ -> "one half",
+    ④ -> "four"). None for anything else."""
+    if c.isascii() or unicodedata.numeric(c, None) is None:
+        return None
+    if unicodedata.category(c) == "Nd":
+        return str(unicodedata.digit(c))
+    value = unicodedata.numeric(c)
+    if "SUPERSCRIPT" in unicodedata.name(c, ""):
+        return f" {POWERS.get(int(value), 'to the power of ' + num2words(int(value)))} "
+    if value == int(value):
+        return f" {num2words(int(value))} "
+    fraction = Fraction(value).limit_denominator(1000)
+    one, many = DENOMINATORS.get(fraction.denominator, (num2words(fraction.denominator, to="ordinal"),) * 2)
+    many = many if fraction.denominator in DENOMINATORS else many + "s"
+    return f" {num2words(fraction.numerator)} {one if fraction.numerator == 1 else many} "
 
 NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
 RE_NUMBER = re.compile(rf"^{NUMBER}$")
@@ -117,6 +140,8 @@ class TextNormalizer:
     # ---- one piece -------------------------------------------------------------------------------------------
     def _piece(self, piece: str) -> list[str]:
         piece = emoji.replace_emoji(piece, replace="")
+        if not piece.isascii():
+            piece = "".join(numeric_char_words(c) or c for c in piece)
         piece = piece.strip("*_~`>#|")  # markdown emphasis, inline code, quotes, headings, table bars
         if not piece:
             return []

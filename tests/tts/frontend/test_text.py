@@ -1,6 +1,8 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import TextNormalizer, normalize_text
@@ -82,3 +84,23 @@ def test_every_sentence_phonemises(g2p):
     for text in SENTENCES:
         words, ids = g2p.encode_text(text)
         assert len(words) == len(ids) and all(ids)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Water is H₂O and energy is mc².", ["Water", "is", "H", "two", "O", "and", "energy", "is", "mc", "squared."]),
+    ("Add ½ cup and ¾ spoon, ⅓ more.", ["Add", "one", "half", "cup", "and", "three", "quarters", "spoon,", "one", "third", "more."]),
+    ("Step ④ then ⒌ and ፪", ["Step", "four", "then", "five", "and", "two"]),
+    ("It costs ٣٤ dollars", ["It", "costs", "thirty", "four", "dollars"]),
+    ("x³ and 10⁵", ["x", "cubed", "and", "ten", "to", "the", "power", "of", "five"]),
+])
+def test_digits_of_every_kind_are_spoken(text, expected):
+    assert normalize_text(text) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=60) | st.text(alphabet=st.characters(categories=["Nd", "No", "Nl", "Sm", "So", "Cf", "Zs"]), max_size=30))
+def test_any_text_normalises_into_plain_words(text):
+    """Arbitrary Unicode (digits and numbers of every script, format characters, symbols): no exception, and
+    every word is speakable (no whitespace, nothing empty)."""
+    for word in normalize_text(text):
+        assert word and not any(c.isspace() for c in word)
