@@ -72,7 +72,7 @@ def test_pacing_holds_and_slows_down_only_for_slow_text(tiny_bundle):
     assert len(join_chunks(slow)) == pytest.approx(stretched, abs=len(slow) * 256)  # WORLD frames round per chunk
     audible = [c for c in slow if len(c.samples)]
     assert audible[0].play_after_ns is not None and all(c.play_after_ns is None for c in audible[1:])
-    assert 0 < audible[0].play_after_ns - audible[0].created_ns <= 1e9  # held at most the prebuffer past its rendering
+    assert audible[0].play_after_ns - audible[0].created_ns <= 1e9  # held at most the prebuffer past its rendering
     assert slow_times.prebuffer_ms == 1000 and slow_times.paced_s > 0
     fast, fast_times = run(synthesize_words(bundle, WORDS, "s5", 0.0, synth_config()))
     assert all(c.play_after_ns is None for c in fast) and fast_times.paced_s == 0 and fast_times.prebuffer_ms == 0
