@@ -288,7 +288,7 @@ def _bench_codec(args: argparse.Namespace) -> int:
     codec = load_codec(args.codec)
     if args.vocoder:
         if not hasattr(codec, "use_vocoder"):
-            raise ValueError("--vocoder: this codec has no neural vocoder (the mel codec has)")
+            raise ValueError("--vocoder goes with a mel codec: add --codec tts/assets/mel_codec (the default codec is the WORLD one)")
         codec.use_vocoder(args.vocoder)
     speaker = None if args.speaker == "all" else args.speaker
     if args.sentences:
