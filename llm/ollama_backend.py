@@ -84,7 +84,7 @@ class OllamaLLM:
         if isinstance(error, ResponseError):
             text = str(error.error).strip().splitlines()[0] if error.error else f"status {error.status_code}"
             if error.status_code == 404 or "not found" in text.lower():
-                return LLMError(f"Ollama has no model {self.model!r}: run `ollama pull {self.model}` (or pick one with --model)")
+                return LLMError(f"Ollama has no model {self.model!r}: run `ollama pull {self.model}` (or pick one with --ollama-model)")
             where = "mid-reply" if mid_stream else "on the request"
             return LLMError(f"Ollama reported an error {where}: {text}")
         if isinstance(error, (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout)) and not mid_stream:
