@@ -359,16 +359,6 @@ def _eval(args: argparse.Namespace) -> int:
 STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for slower text (default 1.3; 1: off)"
 
 
-def _max_stretch(value: float | None, name: str = "--max-stretch") -> float:
-    """The pacing limit from a flag or agent.yaml (None: the default), checked."""
-    from tts.inference.streaming import DEFAULT_MAX_STRETCH
-
-    value = DEFAULT_MAX_STRETCH if value is None else float(value)
-    if not 1.0 <= value <= 2.0:
-        raise ValueError(f"{name} must be between 1 (pacing off) and 2, not {value}")
-    return value
-
-
 def _pacing_note(times) -> str:
     if not times.paced_s and not times.prebuffer_ms:
         return ""
@@ -378,6 +368,7 @@ def _pacing_note(times) -> str:
 def _say(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agent.config import check_max_stretch
     from agent.say import say
     from audio_io.sinks import WavSink, open_sink
     from tts.frontend.text import normalize_text
@@ -404,7 +395,7 @@ def _say(args: argparse.Namespace) -> int:
         sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=lambda m: err.print(f"[yellow]{m}[/]"))
     try:
         result = asyncio.run(say(bundle, words, sink, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed), prompt,
-                                 _max_stretch(args.max_stretch)))
+                                 check_max_stretch(args.max_stretch)))
     finally:
         sink.close()
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
@@ -417,6 +408,7 @@ def _say(args: argparse.Namespace) -> int:
 def _bench_tts(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agent.config import check_max_stretch
     from tts.eval.stream_bench import bench_tts, load_sentences
     from tts.inference.streaming import load_bundle
 
@@ -426,7 +418,7 @@ def _bench_tts(args: argparse.Namespace) -> int:
         raise ValueError("no sentences to benchmark")
     with _progress() as progress:
         result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality,
-                                       progress=progress, max_stretch=_max_stretch(args.max_stretch)))
+                                       progress=progress, max_stretch=check_max_stretch(args.max_stretch)))
     _print_result(result, args.json, "streaming TTS benchmark")
     return 0
 

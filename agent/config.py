@@ -65,8 +65,7 @@ class AgentSettings:
     def check(self, where: str = "agent config") -> AgentSettings:
         if self.tts.mode not in MODES:
             raise ConfigError(f"{where}: tts.mode {self.tts.mode!r} is not one of {', '.join(MODES)}")
-        if not 1.0 <= self.tts.max_stretch <= 2.0:
-            raise ConfigError(f"{where}: tts.max_stretch must be between 1 (pacing off) and 2, not {self.tts.max_stretch}")
+        check_max_stretch(self.tts.max_stretch, f"{where}: tts.max_stretch")
         if self.llm.backend not in ("auto", "ollama", "embedded"):
             raise ConfigError(f"{where}: llm.backend {self.llm.backend!r} is not one of auto, ollama, embedded")
         if self.audio.output not in ("auto", "device", "wav", "null"):
@@ -74,6 +73,14 @@ class AgentSettings:
         if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0:
             raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1 and tts.temperature > 0, please")
         return self
+
+
+def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
+    """The pacing limit from a flag or the config (None: the default), checked."""
+    value = DEFAULT_MAX_STRETCH if value is None else float(value)
+    if not 1.0 <= value <= 2.0:
+        raise ConfigError(f"{name} must be between 1 (pacing off) and 2, not {value}")
+    return value
 
 
 def _accepts(annotation, value) -> bool:
