@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from llm.ollama_backend import DEFAULT_HOST, DEFAULT_MODEL
-from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES
+from tts.errors import UserError
+from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES, check_max_stretch
 from tts.inference.synthesis import SynthesisConfig
 
 DEFAULT_AGENT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
@@ -20,7 +21,7 @@ SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three sho
                  "without lists, tables or code unless asked.")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config file a user can fix: the message names the file and the key."""
 
 
@@ -73,14 +74,6 @@ class AgentSettings:
         if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0:
             raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1 and tts.temperature > 0, please")
         return self
-
-
-def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
-    """The pacing limit from a flag or the config (None: the default), checked."""
-    value = DEFAULT_MAX_STRETCH if value is None else float(value)
-    if not 1.0 <= value <= 2.0:
-        raise ConfigError(f"{name} must be between 1 (pacing off) and 2, not {value}")
-    return value
 
 
 def _accepts(annotation, value) -> bool:

@@ -1,16 +1,20 @@
 """One conversation: each turn runs three async stages joined by a queue and the synthesizer's word input.
 
     llm stage    llm.stream(messages) -> pieces queue                     (stamps first/last token)
-    words stage  pieces -> WordSegmenter -> TextNormalizer -> synth.push_word   (first word, word k+1)
-    audio stage  synth.chunks() -> sink.write                              (first chunk, last audio)
+    words stage  pieces -> WordSegmenter -> TextNormalizer -> Speech.feed  (first word, word k+1)
+    audio stage  Speech.play: synth.chunks() -> sink.write                (first chunk, last audio)
+
+The words and audio stages are the pipeline driver every command runs (`tts.inference.pipeline.Speech`).
 
 The sink stamps the first audible sample as played. `interrupt()` (new input, Ctrl-C) cancels every stage,
 flushes queued audio and releases the synthesizer; the turn still returns its record. An LLM that fails
-mid-reply ends its stage with a one-line error: the words already received are still spoken.
+mid-reply ends its stage with a one-line error: the words already received are still spoken. A bug in any stage
+ends only its turn: one line in the record and on screen, the traceback in the log (`agent/logs.py`).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,14 +23,17 @@ from typing import Callable
 from audio_io.sinks import ClockSink, DeviceSink
 from llm.base import LLMBackend, LLMError
 from tts.frontend.text import TextNormalizer
+from tts.inference.pipeline import Speech
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
 from .config import SYSTEM_PROMPT
+from .logs import LOGGER, where_logged
 from .records import TurnRecord, append_jsonl
 from .segmenter import WordSegmenter
 
 END = object()
+log = logging.getLogger(f"{LOGGER}.agent")
 
 
 @dataclass
@@ -67,14 +74,15 @@ class Agent:
         record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
         synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every,
                                      max_stretch=self.config.max_stretch)
+        speech = Speech(synth, self.sink)
         pieces: asyncio.Queue = asyncio.Queue()
         reply: list[str] = []
         self.sink.begin_turn()
         record.request_sent = time.perf_counter_ns()
         stages = [
             asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record)),
-            asyncio.create_task(self._words_stage(pieces, synth, record)),
-            asyncio.create_task(self._audio_stage(synth, record)),
+            asyncio.create_task(speech.feed(self._spoken_words(pieces))),
+            asyncio.create_task(speech.play()),
         ]
         interrupted = asyncio.create_task(self._interrupted.wait())
         try:
@@ -85,24 +93,29 @@ class Agent:
                 for task in done - {interrupted}:
                     task.result()  # a stage's own bug surfaces here
             if interrupted.done():
-                await self._stop(stages, synth, record)
+                await self._stop(stages, record)
             else:
                 self.sink.end_turn()
                 await self._drain_or_interrupt(interrupted, record)
+        except Exception as error:  # a bug in one stage ends its turn, not the conversation
+            log.exception("turn %d (%s, user %r) failed", record.turn, mode, user)
+            first_line = str(error).splitlines()[0] if str(error) else ""
+            record.error = f"this turn failed: {type(error).__name__}: {first_line} ({where_logged()})"
+            await self._stop(stages, record, cancelled=False)
         finally:
             interrupted.cancel()
             for task in stages:
                 task.cancel()
             await synth.aclose()
-            self._finish_record(record, synth, "".join(reply))
+            self._finish_record(record, speech, "".join(reply))
         return record
 
-    async def _stop(self, stages: list[asyncio.Task], synth: StreamingSynthesizer, record: TurnRecord) -> None:
+    async def _stop(self, stages: list[asyncio.Task], record: TurnRecord, cancelled: bool = True) -> None:
         for task in stages:
             task.cancel()
         self.sink.flush()
         self.sink.end_turn()
-        record.cancelled = True
+        record.cancelled = cancelled
         await asyncio.gather(*stages, return_exceptions=True)
 
     async def _drain_or_interrupt(self, interrupted: asyncio.Task, record: TurnRecord) -> None:
@@ -132,33 +145,26 @@ class Agent:
             pieces.put_nowait(END)
         record.llm_stats = dict(vars(self.llm.stats)) if getattr(self.llm, "stats", None) else {}
 
-    async def _words_stage(self, pieces: asyncio.Queue, synth: StreamingSynthesizer, record: TurnRecord) -> None:
+    @staticmethod
+    async def _spoken_words(pieces: asyncio.Queue):
+        """LLM pieces -> words -> the words as spoken (numbers, symbols, markdown handled), until the reply ends."""
         segmenter, normalizer = WordSegmenter(), TextNormalizer()
         while True:
             piece = await pieces.get()
             words = segmenter.flush(time.perf_counter_ns()) if piece is END else segmenter.push(piece.text, piece.t_ns)
             for word in words:
                 for spoken in normalizer.push(word.text, word.line_start):
-                    if record.first_word is None:
-                        record.first_word = time.perf_counter_ns()
-                    synth.push_word(spoken)
-                    record.spoken_words += 1
+                    yield spoken
             if piece is END:
-                synth.end()
                 return
 
-    async def _audio_stage(self, synth: StreamingSynthesizer, record: TurnRecord) -> None:
-        async for chunk in synth.chunks():
-            self.sink.write(chunk.samples, chunk.play_after_ns)
-            if record.first_audio_chunk is None:
-                record.first_audio_chunk = chunk.created_ns
-            record.last_audio = chunk.created_ns
-            record.audio_s += len(chunk.samples) / chunk.sample_rate
-
     # ---- bookkeeping ------------------------------------------------------------------------------------------
-    def _finish_record(self, record: TurnRecord, synth: StreamingSynthesizer, reply: str) -> None:
-        times, stats = synth.times, self.sink.stats
+    def _finish_record(self, record: TurnRecord, speech: Speech, reply: str) -> None:
+        times, stats, stamps = speech.synth.times, self.sink.stats, speech.stamps
         record.reply = reply
+        record.first_word, record.spoken_words = stamps.first_word_ns, stamps.spoken_words
+        record.first_audio_chunk, record.last_audio = stamps.first_audio_chunk_ns, stamps.last_audio_ns
+        record.audio_s = stamps.audio_s
         record.word_k1_arrived = times.start_allowed_ns
         record.first_codec_frame = times.first_codec_frame_ns
         record.first_audible_sample = stats.first_audible_ns

@@ -17,13 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
+from tts.errors import UserError
+
 from .levels import first_audible_sample
 from .wav import write_wav
 
 START_BUFFER_MS = 120.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended)
 
 
-class AudioDeviceError(RuntimeError):
+class AudioDeviceError(UserError):
     pass
 
 
@@ -144,11 +146,14 @@ class WavSink(ClockSink):
             self._parts = [audio[: len(audio) - dropped]]
         return dropped
 
+    def audio(self) -> np.ndarray:
+        """What was played since the last save (less what a barge-in cut)."""
+        return np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
+
     def save(self, path: Path | str | None = None) -> Path:
         target = Path(path) if path else self.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        audio = np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
-        write_wav(target, audio, self.sample_rate)
+        write_wav(target, self.audio(), self.sample_rate)
         self._parts = []
         return target
 
@@ -297,7 +302,7 @@ def open_sink(kind: str, sample_rate: int, wav_path: Path | str = "s5_output.wav
     if kind == "wav":
         return WavSink(sample_rate, wav_path)
     if kind not in ("auto", "device"):
-        raise ValueError(f"unknown audio output {kind!r} (choose auto, device, wav or null)")
+        raise UserError(f"unknown audio output {kind!r} (choose auto, device, wav or null)")
     try:
         return DeviceSink(sample_rate, device)
     except AudioDeviceError as e:

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from scipy.signal import resample_poly
 
+from tts.errors import UserError
+
 SAMPLE_RATE = 22050  # the TTS's rate; WAVs read from bytes are brought to it
 
 
@@ -19,7 +21,7 @@ def read_wav_bytes(data: bytes) -> np.ndarray:
     bits = int.from_bytes(data[riff + 22 : riff + 24], "little")
     start = data.find(b"data") + 8
     if bits != 16:
-        raise ValueError(f"expected 16-bit PCM, got {bits} bits")
+        raise UserError(f"expected 16-bit PCM, got {bits} bits")
     pcm = np.frombuffer(data[start : start + (len(data) - start) // 2 * 2], dtype="<i2").astype(np.float32) / 32768
     audio = pcm.reshape(-1, channels).mean(axis=1) if channels > 1 else pcm
     return resample(audio, rate, SAMPLE_RATE)
@@ -37,7 +39,7 @@ def read_wav(path) -> tuple[np.ndarray, int]:
         rate, channels, width = f.getframerate(), f.getnchannels(), f.getsampwidth()
         data = f.readframes(f.getnframes())
     if width != 2:
-        raise ValueError(f"{path}: expected 16-bit PCM")
+        raise UserError(f"{path}: expected 16-bit PCM")
     audio = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
     return (audio.reshape(-1, channels).mean(axis=1) if channels > 1 else audio), rate
 

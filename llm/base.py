@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Protocol
 
+from tts.errors import UserError
+
 
 @dataclass
 class Piece:
@@ -21,7 +23,7 @@ class StreamStats:
     server: dict = field(default_factory=dict)  # e.g. Ollama's eval_count / eval_duration (ns)
 
 
-class LLMError(RuntimeError):
+class LLMError(UserError):
     """A one-line message that says what happened and what to do; the turn ends cleanly."""
 
 

@@ -112,3 +112,28 @@ def test_a_hundred_hostile_replies_never_raise(bundles):
     assert all(r.error is None and not r.cancelled for r in records)
     spoken = [r for r in records if r.spoken_words]
     assert all(r.audio_s > 0 for r in spoken)
+
+
+def test_a_bug_in_one_turn_ends_that_turn_only(bundles, monkeypatch, caplog):
+    """A stage that raises (not an LLM error: a bug) gives its turn a one-line error and logs the traceback; the
+    conversation goes on with the next turn."""
+    from tts.frontend.text import TextNormalizer
+
+    pushed = TextNormalizer.push
+
+    def buggy(self, word, line_start=False):
+        if word.startswith("Boom"):
+            raise KeyError("a normaliser bug")
+        return pushed(self, word, line_start)
+
+    monkeypatch.setattr(TextNormalizer, "push", buggy)
+    agent, _ = make_agent(bundles, [("one", "Fine. Boom goes the word."), ("two", "Still here, all good.")])
+
+    async def both():
+        return await agent.run_turn("one"), await agent.run_turn("two")
+
+    with caplog.at_level("ERROR", logger="s5"):
+        failed, next_turn = asyncio.run(both())
+    assert failed.error.startswith("this turn failed: KeyError") and "\n" not in failed.error
+    assert not failed.cancelled and "a normaliser bug" in caplog.text and "Traceback" in caplog.text
+    assert next_turn.error is None and next_turn.spoken_words == len(normalize_text("Still here, all good."))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tts.codec.mel_codec import MelCodec
 from tts.codec.world_codec import DEFAULT_CODEC_DIR, BuiltinCodec
+from tts.errors import UserError
 from tts.paths import repo_path
 
 Codec = BuiltinCodec | MelCodec
@@ -24,10 +25,10 @@ def load_codec(directory: Path | str | None = None) -> Codec:
     directory = resolve_codec_dir(directory)
     config = directory / "codec.json"
     if not config.exists():
-        raise FileNotFoundError(f"no codec in {directory} (codec.json missing)")
+        raise UserError(f"no codec in {directory} (codec.json missing)")
     kind = json.loads(config.read_text()).get("kind", "world")
     if kind == "mel":
         return MelCodec.load(directory)
     if kind == "world":
         return BuiltinCodec.load(directory)
-    raise ValueError(f"{config}: unknown codec kind {kind!r} (mel or world)")
+    raise UserError(f"{config}: unknown codec kind {kind!r} (mel or world)")

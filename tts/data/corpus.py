@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 from audio_io.wav import read_wav, write_wav
 from tts.data.voices import APT_PACKAGES, SAMPLE_RATE, VOICES, SynthesisError, Utterance
+from tts.errors import UserError
 
 FORTUNE_DIR = Path("/usr/share/games/fortunes")
 SPLITS = ("train", "val", "test")
@@ -121,7 +122,7 @@ class VoiceJob:
 def plan_jobs(config: CorpusConfig, out: Path) -> list[VoiceJob]:
     missing = [v for v in config.voices if v not in VOICES]
     if missing:
-        raise ValueError(f"unknown voices: {', '.join(missing)} (known: {', '.join(VOICES)})")
+        raise UserError(f"unknown voices: {', '.join(missing)} (known: {', '.join(VOICES)})")
     trained = [v for v in config.voices if v not in config.held_out]
     held = [v for v in config.voices if v in config.held_out]
     total = config.hours * 3600
@@ -203,7 +204,7 @@ def build_corpus(config: CorpusConfig, out: Path, progress=None) -> dict[str, in
     jobs = plan_jobs(config, out)  # refuses unknown voices
     unavailable = [v for v in config.voices if not VOICES[v].available()]
     if unavailable:
-        raise RuntimeError(f"voices not installed: {', '.join(unavailable)}; install them with: apt-get install -y {APT_PACKAGES}")
+        raise UserError(f"voices not installed: {', '.join(unavailable)}; install them with: apt-get install -y {APT_PACKAGES}")
     (out / "corpus.json").write_text(json.dumps(asdict(config), indent=1))
     tasks = {j.name: progress.add_task(j.name, total=j.seconds) for j in jobs} if progress else {}
     ctx = mp.get_context("spawn")

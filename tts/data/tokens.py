@@ -11,6 +11,7 @@ import numpy as np
 from tts.codec.load import Codec
 from tts.data.corpus import read_manifest
 from tts.data.features import corpus_features
+from tts.errors import UserError
 from tts.frontend.g2p import G2P
 
 SHARD_SIZE = 500
@@ -75,7 +76,7 @@ def record_codec(out: Path, codec_dir: str) -> None:
     """Tokens name the codec that made them (out/codec.json), so training and exports know how to decode them."""
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("*.npz")) and tokens_codec_dir(out) != codec_dir:
-        raise ValueError(f"{out} holds tokens of another codec ({tokens_codec_dir(out) or 'the default'}); use a new folder")
+        raise UserError(f"{out} holds tokens of another codec ({tokens_codec_dir(out) or 'the default'}); use a new folder")
     (out / "codec.json").write_text(json.dumps({"codec_dir": codec_dir}) + "\n")
 
 

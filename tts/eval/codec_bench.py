@@ -11,6 +11,7 @@ from tts.codec.load import Codec
 from tts.data.corpus import read_manifest
 from tts.data.features import load_audio
 from tts.data.voices import SAMPLE_RATE, VOICES
+from tts.errors import UserError
 from tts.eval.metrics import dnsmos, error_rates, speaker_similarity, transcribe
 
 Clip = tuple[str, np.ndarray]  # (text, float32 audio at 22.05 kHz)
@@ -31,7 +32,7 @@ def manifest_clips(manifest: Path, limit: int, speaker: str | None = "piper_joe"
     """Up to `limit` utterances of `speaker` (None: every voice, round-robin) in a stable order."""
     entries = sorted((e for e in read_manifest(manifest) if speaker is None or e.speaker == speaker), key=lambda e: e.audio_filepath)
     if not entries:
-        raise ValueError(f"no utterances of {speaker or 'any voice'} in {manifest}")
+        raise UserError(f"no utterances of {speaker or 'any voice'} in {manifest}")
     by_speaker: dict[str, list] = {}
     for e in entries:
         by_speaker.setdefault(e.speaker, []).append(e)
@@ -60,7 +61,7 @@ def run_codec_bench(codec: Codec, clips: list[Clip], progress=None, quality: boo
     a pass of its own (after a warm-up that loads the vocoder), so that the ASR's and DNSMOS's thread pools cannot
     slow it."""
     if not clips:
-        raise ValueError("no clips to measure the codec on")
+        raise UserError("no clips to measure the codec on")
     chunk = max(1, round(codec.frame_rate * 0.3))  # about one word of codes per streaming push
     task = progress.add_task("codec round trips", total=(1 + quality) * len(clips)) if progress else None
     codec.decode(codec.encode(clips[0][1])[:, :2])  # warm-up: lazy loads and first-call allocations

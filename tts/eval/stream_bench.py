@@ -8,19 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audio_io.levels import first_audible_sample
-from audio_io.sinks import START_BUFFER_MS
 from tts.data.voices import SAMPLE_RATE
 from tts.frontend.text import normalize_text
-from tts.inference.streaming import (
-    DEFAULT_MAX_STRETCH,
-    MODES,
-    AudioChunk,
-    UtteranceTimes,
-    join_chunks,
-    join_codes,
-    synthesize_words,
-)
+from tts.inference.pipeline import SpeechResult, speak
+from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 from tts.paths import CONFIGS
 
@@ -28,65 +19,10 @@ BENCH_SENTENCES = CONFIGS / "bench_sentences.txt"
 
 
 @dataclass
-class Playback:
-    """What a listener would hear from chunks played as they arrive: whenever the next chunk is late the player
-    runs dry (an underrun) until it arrives."""
-    first_audible_ns: int | None
-    underruns: int
-    underrun_ms: float
-    audio_s: float
-
-
-def simulate_playback(chunks: list[AudioChunk], start_buffer_ms: float = START_BUFFER_MS) -> Playback:
-    """Like the players: playback starts once start_buffer_ms of audio is queued (or the last chunk is in), and
-    not before the first chunk's play_after_ns (pacing)."""
-    audible = [c for c in chunks if len(c.samples)]
-    if not audible:
-        return Playback(None, 0, 0.0, 0.0)
-    rate = audible[0].sample_rate
-    queued, start = 0, audible[-1].created_ns
-    for chunk in audible:
-        queued += len(chunk.samples)
-        if queued >= start_buffer_ms / 1000 * rate:
-            start = chunk.created_ns
-            break
-    start = min(max(start, audible[0].play_after_ns or 0), audible[-1].created_ns)  # all in: no reason to wait
-    clock, underruns, gap_ns, first_audible, total = start, 0, 0, None, 0
-    for chunk in audible:
-        if chunk.created_ns > clock:
-            underruns += 1
-            gap_ns += chunk.created_ns - clock
-            clock = chunk.created_ns
-        if first_audible is None:
-            index = first_audible_sample(chunk.samples, rate)
-            if index is not None:
-                first_audible = clock + round(index / rate * 1e9)
-        clock += round(len(chunk.samples) / rate * 1e9)
-        total += len(chunk.samples)
-    return Playback(first_audible, underruns, gap_ns / 1e6, total / rate)
-
-
-@dataclass
 class RunRecord:
     mode: str
     text: str
-    times: UtteranceTimes
-    playback: Playback
-    audio: np.ndarray
-    codes: torch.Tensor | None
-
-    @property
-    def first_chunk_ms(self) -> float | None:
-        t = self.times
-        if t.first_chunk_ns is None or t.start_allowed_ns is None:
-            return None
-        return (t.first_chunk_ns - t.start_allowed_ns) / 1e6
-
-    @property
-    def first_audible_ms(self) -> float | None:
-        if self.playback.first_audible_ns is None:
-            return None
-        return (self.playback.first_audible_ns - self.times.word_arrivals_ns[0]) / 1e6
+    speech: SpeechResult  # played into an unpaced clock sink: the player model `s5 chat` uses
 
 
 def load_sentences(path: Path | None = None) -> list[str]:
@@ -99,19 +35,20 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summarize(records: list[RunRecord]) -> dict:
-    first_chunk = [r.first_chunk_ms for r in records if r.first_chunk_ms is not None]
-    audible = [r.first_audible_ms for r in records if r.first_audible_ms is not None]
-    compute = sum(r.times.compute_ns for r in records) / 1e9
-    audio = sum(r.playback.audio_s for r in records)
+    speech = [r.speech for r in records]
+    first_chunk = [s.first_chunk_ms for s in speech if s.first_chunk_ms is not None]
+    audible = [s.first_audible_ms for s in speech if s.first_audible_ms is not None]
+    compute = sum(s.times.compute_ns for s in speech) / 1e9
+    audio = sum(s.audio_s for s in speech)
     return {
         "first_chunk_ms_p50": percentile(first_chunk, 50), "first_chunk_ms_p95": percentile(first_chunk, 95),
         "first_audible_ms_p50": percentile(audible, 50), "first_audible_ms_p95": percentile(audible, 95),
         "rtf": round(compute / audio, 3) if audio else None,
-        "underruns": sum(r.playback.underruns for r in records),
-        "underrun_ms": round(sum(r.playback.underrun_ms for r in records), 1),
-        "frames_per_word": round(sum(r.times.frames for r in records) / max(1, sum(r.times.words for r in records)), 2),
-        "paced_ms": round(1000 * sum(r.times.paced_s for r in records), 1),  # audio added by slowing down for text
-        "prebuffer_ms_p50": percentile([r.times.prebuffer_ms for r in records], 50),
+        "underruns": sum(s.playback.underruns for s in speech),
+        "underrun_ms": round(sum(s.playback.underrun_ms for s in speech), 1),
+        "frames_per_word": round(sum(s.times.frames for s in speech) / max(1, sum(s.times.words for s in speech)), 2),
+        "paced_ms": round(1000 * sum(s.times.paced_s for s in speech), 1),  # audio added by slowing down for text
+        "prebuffer_ms_p50": percentile([s.times.prebuffer_ms for s in speech], 50),
         "silent_runs": len(records) - len(audible),
         "n": len(records),
     }
@@ -119,10 +56,9 @@ def summarize(records: list[RunRecord]) -> dict:
 
 async def run_one(bundle: TTSBundle, mode: str, text: str, words_per_second: float, seed: int, emit_every: int | None,
                   max_stretch: float = DEFAULT_MAX_STRETCH) -> RunRecord:
-    words = normalize_text(text)
-    chunks, times = await synthesize_words(bundle, words, mode, words_per_second, SynthesisConfig(seed=seed), emit_every,
-                                           max_stretch=max_stretch)
-    return RunRecord(mode, text, times, simulate_playback(chunks), join_chunks(chunks), join_codes(chunks))
+    speech = await speak(bundle, normalize_text(text), mode, words_per_second, SynthesisConfig(seed=seed),
+                         emit_every=emit_every, max_stretch=max_stretch)
+    return RunRecord(mode, text, speech)
 
 
 async def bench_tts(
@@ -158,17 +94,19 @@ async def bench_tts(
 
 def compare_streaming_offline(streaming: list[RunRecord], offline: list[RunRecord]) -> dict:
     """Durations: the speech the model made (before pacing) and the audio as played (after pacing)."""
-    spoken = [(len(s.audio) / SAMPLE_RATE - s.times.paced_s) / max(1e-9, len(o.audio) / SAMPLE_RATE) for s, o in zip(streaming, offline)]
-    played = [len(s.audio) / max(1, len(o.audio)) for s, o in zip(streaming, offline)]
+    texts = [r.text for r in streaming]
+    streamed, offline_speech = [r.speech for r in streaming], [r.speech for r in offline]
+    pairs = list(zip(streamed, offline_speech))
+    spoken = [(s.audio_s - s.times.paced_s) / max(1e-9, o.audio_s) for s, o in pairs]
+    played = [s.audio_s / max(1e-9, o.audio_s) for s, o in pairs]
     out = {"duration_ratio_min": round(min(spoken), 3), "duration_ratio_max": round(max(spoken), 3),
            "played_duration_ratio_min": round(min(played), 3), "played_duration_ratio_max": round(max(played), 3)}
     try:
         from tts.eval.metrics import error_rates, transcribe
     except ImportError:  # the eval extra is not installed
         return out
-    texts = [r.text for r in streaming]
-    for name, records in (("streaming", streaming), ("offline", offline)):
-        hypotheses = [transcribe(r.audio, SAMPLE_RATE) if len(r.audio) else "" for r in records]
+    for name, speech in (("streaming", streamed), ("offline", offline_speech)):
+        hypotheses = [transcribe(s.audio, SAMPLE_RATE) if s.audio_s else "" for s in speech]
         out[f"wer_{name}"] = round(error_rates(texts, hypotheses)[0], 2)
-    out["identical_codes"] = all(s.codes is not None and o.codes is not None and torch.equal(s.codes, o.codes) for s, o in zip(streaming, offline))
+    out["identical_codes"] = all(s.codes is not None and o.codes is not None and torch.equal(s.codes, o.codes) for s, o in pairs)
     return out

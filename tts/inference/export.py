@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tts.errors import UserError
 from tts.frontend.g2p import SymbolTable
 from tts.model.config import ModelConfig, from_dict
 from tts.model.s5tts import S5TTS
@@ -26,7 +27,7 @@ def load_exported(directory: Path) -> tuple[S5TTS, SymbolTable, dict]:
 
     directory = Path(directory)
     if not (directory / "model.safetensors").exists():
-        raise FileNotFoundError(f"no model.safetensors in {directory}")
+        raise UserError(f"no model.safetensors in {directory}")
     meta = json.loads((directory / "model.json").read_text())
     model = S5TTS(from_dict(ModelConfig, meta["model"]))
     model.load_state_dict({k: v.float() for k, v in load_file(directory / "model.safetensors").items()})

@@ -36,6 +36,7 @@ from typing import AsyncIterator
 import numpy as np
 import torch
 
+from tts.errors import UserError
 from tts.inference.synthesis import (
     SynthesisConfig,
     TTSBundle,
@@ -56,6 +57,14 @@ MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
 
 
+def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
+    """The pacing limit from a flag or the config (None: the default), checked."""
+    value = DEFAULT_MAX_STRETCH if value is None else float(value)
+    if not 1.0 <= value <= 2.0:
+        raise UserError(f"{name} must be between 1 (pacing off) and 2, not {value}")
+    return value
+
+
 def default_emit_every(frame_rate: float) -> int:
     """Decoder steps per T5 chunk: the paper's 30 steps at 86 frames/s, as time (8 steps at 21.5 frames/s)."""
     return max(1, round(PAPER_EMIT_SECONDS * frame_rate))
@@ -71,7 +80,7 @@ def default_model_dir(mode: str) -> Path:
 def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path | str | None = None) -> TTSBundle:
     directory = Path(model_dir) if model_dir else default_model_dir(mode)
     if not (directory / "model.safetensors").exists():
-        raise FileNotFoundError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
+        raise UserError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
     return TTSBundle.load(directory, codec_dir)
 
 
@@ -140,10 +149,10 @@ class StreamingSynthesizer:
     def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
                  prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
         if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
+            raise UserError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         k = bundle.model.config.lookahead_words
         if mode == "s5" and k is None:
-            raise ValueError("s5 mode needs an S5 checkpoint (lookahead_words set); this one is full-context")
+            raise UserError("s5 mode needs an S5 checkpoint (lookahead_words set); this one is full-context")
         self.bundle = bundle
         self.mode = mode
         self.config = config or SynthesisConfig()
@@ -357,39 +366,3 @@ class StreamingSynthesizer:
         tail = self._codec_stream.flush() if self._codec_stream is not None else np.zeros(0, np.float32)
         self.times.compute_ns += time.perf_counter_ns() - started
         return AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0, final=True)
-
-
-async def feed_words(synth: StreamingSynthesizer, words: list[str], words_per_second: float = 0.0) -> None:
-    """Push words at a steady rate (0: all at once), then end the text: an LLM stream stand-in."""
-    start = time.perf_counter()
-    for i, word in enumerate(words):
-        if words_per_second > 0:
-            await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
-        synth.push_word(word)
-    synth.end()
-
-
-async def synthesize_words(
-    bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
-    config: SynthesisConfig | None = None, emit_every: int | None = None, prompt: VoicePrompt | None = None,
-    max_stretch: float = DEFAULT_MAX_STRETCH,
-) -> tuple[list[AudioChunk], UtteranceTimes]:
-    """Feed words (at a rate, or all at once with 0) and collect every chunk: the building block of the
-    benchmark and the tests."""
-    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt, max_stretch)
-    feeder = asyncio.create_task(feed_words(synth, words, words_per_second))
-    try:
-        chunks = [chunk async for chunk in synth.chunks()]
-    finally:
-        feeder.cancel()
-    return chunks, synth.times
-
-
-def join_codes(chunks: list[AudioChunk]) -> torch.Tensor | None:
-    parts = [c.codes for c in chunks if c.codes is not None]
-    return torch.cat(parts, dim=1) if parts else None
-
-
-def join_chunks(chunks: list[AudioChunk]) -> np.ndarray:
-    parts = [c.samples for c in chunks if len(c.samples)]
-    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from tts.codec.load import Codec, load_codec
+from tts.errors import UserError
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
 from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
@@ -54,7 +55,7 @@ class VoicePrompt:
 
         _, words = bundle.g2p.encode_text(text)
         if not words or codes.shape[1] == 0:
-            raise ValueError("a voice prompt needs a transcript with words and some audio")
+            raise UserError("a voice prompt needs a transcript with words and some audio")
         batch = collate([Example(words, codes.numpy(), None)])
         with torch.no_grad():
             _, _, frame_words = bundle.model.align(batch)
@@ -74,7 +75,7 @@ class TTSBundle:
         self.codec = codec
         self.g2p = g2p or G2P(symbols=symbols)
         if model.config.codebook_size != codec.codebook_size or model.config.num_codebooks != codec.num_codebooks:
-            raise ValueError("model and codec disagree on codebooks")
+            raise UserError("model and codec disagree on codebooks")
 
     @classmethod
     def load(cls, model_dir: Path | str, codec_dir: Path | str | None = None) -> "TTSBundle":

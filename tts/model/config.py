@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from tts.errors import UserError
 from tts.paths import CONFIGS
 
 CONFIG_DIR = CONFIGS
@@ -47,16 +48,16 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+            raise UserError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.lookahead_words is not None and self.lookahead_words < 0:
-            raise ValueError("lookahead_words must be >= 0 or null")
+            raise UserError("lookahead_words must be >= 0 or null")
         if self.encoder_layers < 1 or self.decoder_layers < 1:
-            raise ValueError("the model needs at least one encoder and one decoder layer")
+            raise UserError("the model needs at least one encoder and one decoder layer")
         if self.code_levels is not None and int(np_prod(self.code_levels)) != self.codebook_size:
-            raise ValueError(f"code_levels {self.code_levels} do not multiply to codebook_size {self.codebook_size}")
+            raise UserError(f"code_levels {self.code_levels} do not multiply to codebook_size {self.codebook_size}")
         bad = [i for i in self.alignment_layers if not 0 <= i < self.decoder_layers]
         if bad or not self.alignment_layers:
-            raise ValueError(f"alignment_layers {self.alignment_layers} must index decoder layers 0..{self.decoder_layers - 1}")
+            raise UserError(f"alignment_layers {self.alignment_layers} must index decoder layers 0..{self.decoder_layers - 1}")
 
     @property
     def bos_id(self) -> int:
@@ -83,7 +84,7 @@ def from_dict(cls: type, data: dict[str, Any]):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(f"unknown {cls.__name__} keys: {', '.join(unknown)}")
+        raise UserError(f"unknown {cls.__name__} keys: {', '.join(unknown)}")
     return cls(**data)
 
 
@@ -95,7 +96,7 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     candidate = CONFIG_DIR / f"{name_or_path}.yaml"
     if candidate.exists():
         return candidate
-    raise FileNotFoundError(f"no config {name_or_path!r} (looked at {path} and {candidate})")
+    raise UserError(f"no config {name_or_path!r} (looked at {path} and {candidate})")
 
 
 def load_model_config(name_or_path: str | Path) -> ModelConfig:
@@ -103,5 +104,5 @@ def load_model_config(name_or_path: str | Path) -> ModelConfig:
     path = resolve_config_path(name_or_path)
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict) or "model" not in data:
-        raise ValueError(f"{path}: expected a mapping with a 'model' section")
+        raise UserError(f"{path}: expected a mapping with a 'model' section")
     return from_dict(ModelConfig, data["model"] or {})

@@ -15,6 +15,7 @@ from tts.codec import world
 from tts.codec.world_codec import BuiltinCodec, CodecConfig, FeatureCodec, codec_loss
 from tts.data.corpus import read_manifest
 from tts.data.features import feature_path, load_audio
+from tts.errors import UserError
 
 MANIFESTS = ("train", "val", "test", "zeroshot")
 
@@ -92,7 +93,7 @@ def load_feature_set(corpus: Path, manifest: str, max_hours: float, seed: int) -
                 out.append(np.load(feature_path(corpus, e.audio_filepath)))
                 seconds += e.duration
     if not out:
-        raise FileNotFoundError(f"no WORLD features for {manifest} in {corpus}/features (run `s5 codec features`)")
+        raise UserError(f"no WORLD features for {manifest} in {corpus}/features (run `s5 codec features`)")
     return out
 
 

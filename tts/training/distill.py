@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from tts.data.tokens import TokenizedUtterance, load_tokenized
+from tts.errors import UserError
 from tts.inference.export import load_exported
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, synthesize_text
 from tts.model.batch import collate
@@ -120,12 +121,12 @@ def teacher_text_set(teacher: TTSBundle, sentences: list[str], asr_filter: bool 
 def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
     teacher_model, symbols, teacher_meta = load_exported(Path(config.teacher))
     if teacher_model.config.lookahead_words is not None:
-        raise ValueError(f"the teacher in {config.teacher} is not full-context (lookahead_words must be null)")
+        raise UserError(f"the teacher in {config.teacher} is not full-context (lookahead_words must be null)")
     student_model, _, _ = load_exported(Path(config.student))
     if student_model.config.lookahead_words is None:
-        raise ValueError(f"the student in {config.student} is full-context; distillation needs an S5 model")
+        raise UserError(f"the student in {config.student} is full-context; distillation needs an S5 model")
     if teacher_model.config.d_model != student_model.config.d_model:
-        raise ValueError("teacher and student need the same d_model (hidden-state MSE)")
+        raise UserError("teacher and student need the same d_model (hidden-state MSE)")
     from tts.codec.load import load_codec
 
     teacher = TTSBundle(teacher_model, symbols, load_codec(teacher_meta.get("train", {}).get("codec_dir")))
@@ -133,7 +134,7 @@ def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
     if config.speakers:
         audio_set = [u for u in audio_set if u.speaker in config.speakers]
     if not audio_set:
-        raise FileNotFoundError(f"no training utterances in {config.data}")
+        raise UserError(f"no training utterances in {config.data}")
     text_set, text_stats = teacher_text_set(teacher, sentences[: config.text_limit], config.asr_filter, config.seed, progress)
 
     trainer = Trainer(student_model.config, config.train_config(), progress)

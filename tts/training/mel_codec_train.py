@@ -13,6 +13,7 @@ import torch
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel, mel_codec_loss
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
+from tts.errors import UserError
 from tts.training.codec_train import random_segments
 
 
@@ -21,7 +22,7 @@ def load_mel_set(corpus: Path, manifest: str, max_hours: float, seed: int, speak
     """Up to max_hours of the manifest's log-mel frames (computed and cached where missing), in a seeded order."""
     entries = [e for e in read_manifest(corpus / f"{manifest}.jsonl") if speakers is None or e.speaker in speakers]
     if not entries:
-        raise FileNotFoundError(f"no utterances in {corpus}/{manifest}.jsonl" + (f" for {', '.join(speakers)}" if speakers else ""))
+        raise UserError(f"no utterances in {corpus}/{manifest}.jsonl" + (f" for {', '.join(speakers)}" if speakers else ""))
     random.Random(seed).shuffle(entries)
     taken, seconds = [], 0.0
     for e in entries:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 import yaml
 
 from tts.data.tokens import TokenizedUtterance, load_tokenized, tokens_codec_dir
+from tts.errors import UserError
 from tts.frontend.g2p import SymbolTable
 from tts.inference.export import export_weights, load_exported
 from tts.model.batch import Batch, Example, collate
@@ -274,7 +275,7 @@ def train(model_config: ModelConfig, config: TrainConfig, progress=None) -> int:
         train_set = [u for u in train_set if u.speaker in config.speakers]
         val_set = [u for u in val_set if u.speaker in config.speakers]
     if not train_set:
-        raise FileNotFoundError(f"no training utterances in {config.data} (run `s5 data codes`)")
+        raise UserError(f"no training utterances in {config.data} (run `s5 data codes`)")
     made_with = tokens_codec_dir(Path(config.data))
     if not config.codec_dir and made_with:
         config.codec_dir = made_with  # the export names the codec its codes belong to

@@ -23,6 +23,7 @@ from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Generator, Vocoder, VocoderConfig, load_vocoder
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
+from tts.errors import UserError
 
 STFT_RESOLUTIONS = [(512, 128), (1024, 256), (2048, 512)]  # (n_fft, hop)
 
@@ -46,7 +47,7 @@ def student_from_teacher(teacher: Generator, kernels: list[int]) -> Generator:
     config = teacher.config
     missing = set(kernels) - set(config.resblock_kernel_sizes)
     if missing:
-        raise ValueError(f"the teacher has no resblocks of kernel {sorted(missing)} (it has {config.resblock_kernel_sizes})")
+        raise UserError(f"the teacher has no resblocks of kernel {sorted(missing)} (it has {config.resblock_kernel_sizes})")
     keep = [i for i, k in enumerate(config.resblock_kernel_sizes) if k in kernels]
     student = Generator(VocoderConfig(**{**asdict(config), "resblock_kernel_sizes": [config.resblock_kernel_sizes[i] for i in keep],
                                          "resblock_dilation_sizes": [config.resblock_dilation_sizes[i] for i in keep]}))
@@ -87,7 +88,7 @@ def decoded_mels(corpus: Path, codec: MelCodec, config: VocoderDistillConfig, pr
     """The codec round trip of `utterances` seeded train-split utterances: the log-mel the vocoder meets in use."""
     entries = [e for e in read_manifest(corpus / "train.jsonl") if e.speaker == config.speaker]
     if not entries:
-        raise FileNotFoundError(f"no {config.speaker} utterances in {corpus}/train.jsonl")
+        raise UserError(f"no {config.speaker} utterances in {corpus}/train.jsonl")
     random.Random(config.seed).shuffle(entries)
     entries = entries[: config.utterances]
     task = progress.add_task("codec round trips", total=len(entries)) if progress else None
@@ -121,7 +122,7 @@ def distill_vocoder(corpus: Path, codec: MelCodec, out: Path, config: VocoderDis
     if config.init_from:  # e.g. the committed weights of an unfinished run, in a new session
         saved = Vocoder.load(config.init_from).generator
         if saved.config != student.config:
-            raise ValueError(f"{config.init_from} has another shape ({saved.config.resblock_kernel_sizes}) than the student")
+            raise UserError(f"{config.init_from} has another shape ({saved.config.resblock_kernel_sizes}) than the student")
         student.load_state_dict(saved.state_dict())
     optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, betas=(0.8, 0.99), weight_decay=0.0)
     state_path, step = out / "train_state.pt", 0

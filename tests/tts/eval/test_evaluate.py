@@ -1,20 +1,26 @@
-"""`s5 eval` synthesises through the streaming engine that `s5 chat` runs."""
+"""`s5 eval` synthesises through the pipeline that `s5 chat` runs."""
 import asyncio
 
 import numpy as np
 
+from agent.orchestrator import Agent, AgentConfig
+from audio_io.sinks import WavSink
+from llm.replay import ReplayLLM, ReplayScript, ReplayTurn
 from tts.eval.evaluate import synthesize_streaming
-from tts.frontend.text import normalize_text
-from tts.inference.streaming import join_chunks, synthesize_words
 from tts.inference.synthesis import SynthesisConfig
 
-TEXT = "Hello there, how are you today?"
+TEXT = "Hello there, how are you today? It costs $45, 20% less."
 
 
-def test_eval_audio_is_what_the_chat_engine_plays(tiny_bundle):
+def test_eval_audio_is_what_a_chat_turn_plays(tiny_bundle, tmp_path):
     for lookahead, mode in ((2, "s5"), (None, "t5")):
         bundle = tiny_bundle(lookahead)
         result = synthesize_streaming(bundle, TEXT, SynthesisConfig(seed=3))
-        chunks, _ = asyncio.run(synthesize_words(bundle, normalize_text(TEXT), mode, config=SynthesisConfig(seed=3), max_stretch=1.0))
-        assert result.chunks == len(chunks) > 0
-        assert np.array_equal(result.audio, join_chunks(chunks))  # same engine, same seed: the very same samples
+        sink = WavSink(bundle.codec.sample_rate, tmp_path / "turn.wav", pace=False)
+        agent = Agent(ReplayLLM(ReplayScript("eval", [ReplayTurn("hi", TEXT)], first_token_ms=0, tokens_per_second=500)),
+                      {mode: bundle}, sink, AgentConfig(tts_mode=mode, synthesis=SynthesisConfig(seed=3), max_stretch=1.0))
+        record = asyncio.run(agent.run_turn("hi"))
+        assert record.error is None and record.spoken_words > 0 and result.chunks > 0
+        played = sink.audio()
+        # same words, same seed, same engine: the very same samples (the sink clips as a sound card would)
+        assert np.array_equal(np.clip(result.audio, -1, 1), played)

@@ -6,15 +6,8 @@ import pytest
 import torch
 
 from audio_io.levels import first_audible_sample
-from tts.eval.stream_bench import simulate_playback
-from tts.inference.streaming import (
-    AudioChunk,
-    Pacer,
-    StreamingSynthesizer,
-    join_chunks,
-    join_codes,
-    synthesize_words,
-)
+from tts.inference.pipeline import join_chunks, speak
+from tts.inference.streaming import Pacer, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()
@@ -22,6 +15,17 @@ WORDS = "Hello there, my friend. How are you doing today?".split()
 
 def run(coro):
     return asyncio.run(coro)
+
+
+async def synthesize_words(bundle, words, mode="s5", words_per_second=0.0, config=None, emit_every=None, prompt=None,
+                           **options):
+    """The pipeline driver with an unpaced clock sink: every chunk and the synthesizer's stamps."""
+    speech = await speak(bundle, words, mode, words_per_second, config, emit_every=emit_every, prompt=prompt, **options)
+    return speech.chunks, speech.times
+
+
+def join_codes(chunks) -> torch.Tensor:
+    return torch.cat([c.codes for c in chunks if c.codes is not None], dim=1)
 
 
 def synth_config(**overrides) -> SynthesisConfig:
@@ -160,19 +164,7 @@ def test_unknown_mode_and_s5_mode_on_a_full_context_model_are_refused(tiny_bundl
         StreamingSynthesizer(tiny_bundle(None), "s5")
 
 
-def chunk(samples: np.ndarray, at_ms: float) -> AudioChunk:
-    return AudioChunk(samples.astype(np.float32), 1000, int(at_ms * 1e6), len(samples))
-
-
-def test_playback_simulation_counts_underruns_and_finds_the_first_audible_window():
-    quiet, loud = np.zeros(100), np.full(100, 0.1)
-    # 100-sample chunks at 1 kHz last 100 ms; the third arrives 50 ms after the player ran dry
-    playback = simulate_playback([chunk(quiet, 0), chunk(loud, 80), chunk(loud, 250)], start_buffer_ms=0)
-    assert playback.underruns == 1 and playback.underrun_ms == pytest.approx(50)
-    assert playback.first_audible_ns == int(100e6)  # the loud chunk plays when the quiet one has finished
-    # with a 150 ms jitter buffer playback waits for the second chunk: no underrun until the third is late
-    buffered = simulate_playback([chunk(quiet, 0), chunk(loud, 80), chunk(loud, 300)], start_buffer_ms=150)
-    assert buffered.underruns == 1 and buffered.underrun_ms == pytest.approx(20) and buffered.first_audible_ns == int(180e6)
+def test_first_audible_window():
     assert first_audible_sample(np.r_[np.zeros(25), np.full(10, 0.02)], 1000) == 20  # -34 dBFS window 20..29
     assert first_audible_sample(np.full(50, 0.005), 1000) is None  # -46 dBFS
 

@@ -1,0 +1,130 @@
+"""`s5 eval` and `s5 bench model|codec|tts`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tts.cli import STRETCH_HELP, print_result, progress_bar, read_sentences
+from tts.errors import UserError
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from tts.eval.evaluate import evaluate, heldout_sentences
+    from tts.inference.streaming import load_bundle
+
+    bundle = load_bundle(args.mode, args.model, args.codec)
+    if args.sentences:
+        sentences = read_sentences(args.sentences)[: args.limit]
+    else:
+        sentences = heldout_sentences(args.corpus, limit=args.limit)
+    prompt = clip = None
+    if args.zero_shot:
+        from tts.eval.evaluate import zero_shot_prompt
+
+        prompt, clip = zero_shot_prompt(bundle)
+    with progress_bar() as progress:
+        result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt, speaker_clip=clip)
+    result["zero_shot"] = bool(args.zero_shot)
+    print_result(result, args.json, "S5-TTS evaluation")
+    return 0
+
+
+def _bench_model(args: argparse.Namespace) -> int:
+    from tts.eval.model_bench import ModelBenchConfig, run_model_bench
+
+    bench = ModelBenchConfig(config=args.config, decode_frames=args.frames)
+    with progress_bar() as progress:
+        result = run_model_bench(bench, progress)
+    print_result(result, args.json, "S5-TTS model benchmark")
+    return 0
+
+
+def _bench_codec(args: argparse.Namespace) -> int:
+    from tts.codec.load import load_codec
+    from tts.eval.codec_bench import (
+        corpus_summary,
+        manifest_clips,
+        run_codec_bench,
+        voice_clips,
+    )
+
+    codec = load_codec(args.codec)
+    if args.vocoder:
+        if not hasattr(codec, "use_vocoder"):
+            raise UserError("--vocoder goes with a mel codec: add --codec tts/assets/mel_codec (the default codec is the WORLD one)")
+        codec.use_vocoder(args.vocoder)
+    speaker = None if args.speaker == "all" else args.speaker
+    if args.sentences:
+        clips = voice_clips(read_sentences(args.sentences)[: args.limit], speaker or "piper_joe")
+        source = {"sentences": str(args.sentences)}
+    else:
+        if not args.manifest.exists():
+            raise UserError(f"no manifest {args.manifest} (build a corpus with `s5 data build`, or pass --sentences FILE)")
+        clips = manifest_clips(args.manifest, args.limit, speaker)
+        voices, hours = corpus_summary(args.manifest.parent)
+        source = {"manifest": str(args.manifest), "voices": voices, "hours": round(hours, 2)}
+    with progress_bar() as progress:
+        result = run_codec_bench(codec, clips, progress, quality=not args.no_quality)
+    vocoder = {"vocoder": codec.config.vocoder} if hasattr(codec, "use_vocoder") else {}
+    print_result({**result, **source, **vocoder, "speaker": speaker or "all"}, args.json, "codec round trip")
+    return 0
+
+
+def _bench_tts(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tts.eval.stream_bench import bench_tts, load_sentences
+    from tts.inference.streaming import check_max_stretch, load_bundle
+
+    s5, t5 = load_bundle("s5", args.s5_model), load_bundle("t5", args.t5_model)
+    sentences = load_sentences(args.sentences)[: args.limit]
+    if not sentences:
+        raise UserError("no sentences to benchmark")
+    with progress_bar() as progress:
+        result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality,
+                                       progress=progress, max_stretch=check_max_stretch(args.max_stretch)))
+    print_result(result, args.json, "streaming TTS benchmark")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubParsersAction) -> None:
+    """Add `s5 eval` and the TTS benchmarks: `bench_kinds` is the `s5 bench` group (the agent adds `e2e` to it)."""
+    ev = commands.add_parser("eval", help="streaming synthesis quality: WER/CER, similarity, DNSMOS, RTF")
+    ev.add_argument("--model", type=Path, default=None, help="exported model folder (default: the shipped one for --mode)")
+    ev.add_argument("--mode", choices=["s5", "t5"], default="s5", help="which shipped checkpoint to evaluate")
+    ev.add_argument("--codec", type=Path, default=None)
+    ev.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: the test split)")
+    ev.add_argument("--corpus", type=Path, default=Path("corpus"))
+    ev.add_argument("--limit", type=int, default=30)
+    ev.add_argument("--reference-voice", default="piper_joe")
+    ev.add_argument("--zero-shot", action="store_true", help="prompt with a held-out speaker's clip (flite_rms); similarity is to that clip")
+    ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(func=_eval)
+
+    model = bench_kinds.add_parser("model", help="parameters, train step time, cached vs naive decoding")
+    model.add_argument("--json", action="store_true", help="print one JSON object")
+    model.add_argument("--config", default="s5_default", help="model config name or YAML path")
+    model.add_argument("--frames", type=int, default=300, help="frames decoded per mode")
+    model.set_defaults(func=_bench_model)
+    codec_bench = bench_kinds.add_parser("codec", help="codec round-trip quality and decoding speed")
+    codec_bench.add_argument("--json", action="store_true")
+    codec_bench.add_argument("--manifest", type=Path, default=Path("corpus/test.jsonl"), help="unseen sentences (default: the corpus's test split)")
+    codec_bench.add_argument("--speaker", default="piper_joe", help="the voice measured (the one the TTS speaks); 'all' for every voice")
+    codec_bench.add_argument("--sentences", type=Path, default=None, help="speak these (one per line) with --speaker instead of reading a manifest")
+    codec_bench.add_argument("--no-quality", action="store_true", help="decoding speed only (no ASR, similarity, DNSMOS)")
+    codec_bench.add_argument("--codec", type=Path, default=None)
+    codec_bench.add_argument("--vocoder", default=None, help="voice the mel codec with this vocoder: 'universal' or a folder")
+    codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
+    codec_bench.set_defaults(func=_bench_codec)
+    tts_bench = bench_kinds.add_parser("tts", help="s5, t5 and sentence mode side by side: latency, rtf, underruns")
+    tts_bench.add_argument("--json", action="store_true")
+    tts_bench.add_argument("--words-per-second", type=float, default=3.0)
+    tts_bench.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: configs/bench_sentences.txt)")
+    tts_bench.add_argument("--limit", type=int, default=None)
+    tts_bench.add_argument("--emit-every", type=int, default=None, help="t5/sentence: decoder steps per chunk (default: 0.35 s of frames, the paper's 30 steps at 86 frames/s)")
+    tts_bench.add_argument("--s5-model", type=Path, default=None)
+    tts_bench.add_argument("--t5-model", type=Path, default=None)
+    tts_bench.add_argument("--no-quality", action="store_true", help="skip the streaming-vs-offline S5 comparison")
+    tts_bench.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
+    tts_bench.set_defaults(func=_bench_tts)

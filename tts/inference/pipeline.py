@@ -1,0 +1,183 @@
+"""The one pipeline driver: spoken words in, audio through a sink, stamps out (DESIGN.md section 2).
+
+    words stage   words (async, any rate) -> synth.push_word ... synth.end()   (first word)
+    audio stage   synth.chunks() -> sink.write                                 (first chunk, last audio)
+
+`Speech.run(words)` is all of `s5 say`, `s5 eval` and `s5 bench tts`; the agent's turn runs the same two stages next
+to its LLM stage (`agent/orchestrator.py`), so chat, replay and the benches measure what they play. The sink is the
+one player model (`audio_io.sinks`): a sound card, or a clock that plays in simulated real time.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from audio_io.sinks import ClockSink, PlaybackStats
+from tts.inference.streaming import (
+    DEFAULT_MAX_STRETCH,
+    AudioChunk,
+    StreamingSynthesizer,
+    UtteranceTimes,
+)
+from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
+
+
+class Sink(Protocol):
+    """What the pipeline plays into: `audio_io.sinks.ClockSink`, `WavSink`, `DeviceSink`."""
+    sample_rate: int
+    stats: PlaybackStats
+
+    def begin_turn(self) -> None: ...
+    def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None: ...
+    def end_turn(self) -> None: ...
+    async def drain(self) -> None: ...
+    def flush(self) -> int: ...
+
+
+@dataclass
+class SpeechStamps:
+    """perf_counter_ns stamps the two stages take as they run (the synthesizer's own are in `UtteranceTimes`)."""
+    first_word_ns: int | None = None
+    first_audio_chunk_ns: int | None = None
+    last_audio_ns: int | None = None
+    audio_s: float = 0.0
+    spoken_words: int = 0
+
+
+@dataclass
+class SpeechResult:
+    stamps: SpeechStamps
+    times: UtteranceTimes
+    playback: PlaybackStats
+    chunks: list[AudioChunk]  # kept only when asked (`Speech(keep_chunks=True)`)
+
+    @property
+    def words(self) -> int:
+        return self.stamps.spoken_words
+
+    @property
+    def audio_s(self) -> float:
+        return self.stamps.audio_s
+
+    @property
+    def first_audible_ms(self) -> float | None:
+        """First audible sample, as played, after the first word arrived."""
+        if self.playback.first_audible_ns is None or not self.times.word_arrivals_ns:
+            return None
+        return (self.playback.first_audible_ns - self.times.word_arrivals_ns[0]) / 1e6
+
+    @property
+    def first_chunk_ms(self) -> float | None:
+        """First chunk after synthesis was allowed to start (word k+1 for S5, the end of the text for T5)."""
+        t = self.times
+        if t.first_chunk_ns is None or t.start_allowed_ns is None:
+            return None
+        return (t.first_chunk_ns - t.start_allowed_ns) / 1e6
+
+    @property
+    def rtf(self) -> float | None:
+        return self.times.compute_ns / 1e9 / self.audio_s if self.audio_s else None
+
+    @property
+    def audio(self) -> np.ndarray:
+        return join_chunks(self.chunks)
+
+    @property
+    def codes(self) -> torch.Tensor | None:
+        parts = [c.codes for c in self.chunks if c.codes is not None]
+        return torch.cat(parts, dim=1) if parts else None
+
+
+class Speech:
+    """One utterance through one synthesizer into one sink; created per utterance, as the synthesizer is."""
+
+    def __init__(self, synth: StreamingSynthesizer, sink: Sink, keep_chunks: bool = False,
+                 on_word: Callable[[str], None] | None = None):
+        self.synth = synth
+        self.sink = sink
+        self.keep_chunks = keep_chunks
+        self.on_word = on_word
+        self.stamps = SpeechStamps()
+        self.chunks: list[AudioChunk] = []
+
+    async def feed(self, words: AsyncIterable[str] | Iterable[str]) -> None:
+        """Words stage: every word into the synthesizer as it comes, then the end of the text."""
+        async for word in _as_async(words):
+            if self.stamps.first_word_ns is None:
+                self.stamps.first_word_ns = time.perf_counter_ns()
+            self.synth.push_word(word)
+            self.stamps.spoken_words += 1
+            if self.on_word:
+                self.on_word(word)
+        self.synth.end()
+
+    async def play(self) -> None:
+        """Audio stage: every chunk into the sink as soon as it is ready."""
+        async for chunk in self.synth.chunks():
+            self.sink.write(chunk.samples, chunk.play_after_ns)
+            if self.stamps.first_audio_chunk_ns is None:
+                self.stamps.first_audio_chunk_ns = chunk.created_ns
+            self.stamps.last_audio_ns = chunk.created_ns
+            self.stamps.audio_s += len(chunk.samples) / chunk.sample_rate
+            if self.keep_chunks:
+                self.chunks.append(chunk)
+
+    async def run(self, words: AsyncIterable[str] | Iterable[str]) -> SpeechResult:
+        """Both stages, then wait until the sink has played it all (at once for an unpaced sink); a failure in
+        either stage cancels the other and releases the synthesizer."""
+        self.sink.begin_turn()
+        try:
+            async with asyncio.TaskGroup() as stages:
+                stages.create_task(self.feed(words))
+                stages.create_task(self.play())
+            self.sink.end_turn()
+            await self.sink.drain()
+        except BaseExceptionGroup as group:
+            raise group.exceptions[0] from None
+        finally:
+            await self.synth.aclose()
+        return self.result()
+
+    def result(self) -> SpeechResult:
+        return SpeechResult(self.stamps, self.synth.times, self.sink.stats, self.chunks)
+
+
+async def _as_async(words: AsyncIterable[str] | Iterable[str]) -> AsyncIterator[str]:
+    if isinstance(words, AsyncIterable):
+        async for word in words:
+            yield word
+    else:
+        for word in words:
+            yield word
+
+
+async def at_rate(words: list[str], words_per_second: float = 0.0) -> AsyncIterator[str]:
+    """Words at a steady rate (0: all at once): an LLM stream stand-in for `s5 say` and the benches."""
+    start = time.perf_counter()
+    for i, word in enumerate(words):
+        if words_per_second > 0:
+            await asyncio.sleep(max(0.0, start + i / words_per_second - time.perf_counter()))
+        yield word
+
+
+async def speak(
+    bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
+    config: SynthesisConfig | None = None, sink: Sink | None = None, emit_every: int | None = None,
+    prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH, keep_chunks: bool = True,
+) -> SpeechResult:
+    """`words` (already normalised) at a rate through a fresh synthesizer into `sink` (default: an unpaced clock
+    sink, which times playback in real time without waiting for it)."""
+    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt, max_stretch)
+    sink = sink if sink is not None else ClockSink(bundle.codec.sample_rate, pace=False)
+    return await Speech(synth, sink, keep_chunks).run(at_rate(words, words_per_second))
+
+
+def join_chunks(chunks: list[AudioChunk]) -> np.ndarray:
+    parts = [c.samples for c in chunks if len(c.samples)]
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)

@@ -1,0 +1,277 @@
+"""`s5 data build|import|codes`, `s5 codec features|train|vocoder`, `s5 train`, `s5 distill`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tts.cli import err, progress_bar, read_sentences, split_list
+from tts.errors import UserError
+from tts.paths import CONFIGS
+
+
+def _data_build(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from tts.data.corpus import CorpusConfig, build_corpus
+
+    if args.text and not args.text.exists():
+        raise UserError(f"no text file {args.text}")
+    config = CorpusConfig(hours=args.hours, seed=args.seed, workers=args.workers, text_file=str(args.text or ""))
+    if args.voices:
+        config.voices = args.voices.split(",")
+        config.held_out = [v for v in config.held_out if v in config.voices]
+    columns = (TextColumn("{task.description:>18}"), BarColumn(), TextColumn("{task.completed:>7.0f}/{task.total:.0f} s"), TimeRemainingColumn())
+    with Progress(*columns, console=err) as progress:
+        counts = build_corpus(config, args.out, progress)
+    err.print(f"corpus in {args.out}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    return 0
+
+
+def _data_import(args: argparse.Namespace) -> int:
+    from tts.data.corpus import import_corpus
+
+    counts = import_corpus(args.kind, args.root, args.out)
+    err.print(f"manifests in {args.out}: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    return 0
+
+
+def _data_codes(args: argparse.Namespace) -> int:
+    from tts.codec.load import load_codec
+    from tts.data.tokens import record_codec, tokenize_manifest
+    from tts.frontend.g2p import G2P
+
+    codec = load_codec(args.codec)
+    record_codec(args.out, str(args.codec or ""))
+    g2p = G2P()
+    with progress_bar() as progress:
+        for manifest in args.manifests.split(","):
+            if (args.corpus / f"{manifest}.jsonl").exists():
+                speakers = args.speakers.split(",") if args.speakers else None
+                tokenize_manifest(args.corpus, manifest, codec, args.out, g2p, progress, speakers)
+    err.print(f"codec tokens in {args.out}")
+    return 0
+
+
+def _codec_features(args: argparse.Namespace) -> int:
+    from tts.training.codec_train import extract_features
+
+    with progress_bar() as progress:
+        speakers = split_list(args.speakers)
+        manifests = tuple(args.manifests.split(","))
+        n = extract_features(args.corpus, args.workers, progress, manifests, speakers, args.per_speaker)
+    err.print(f"WORLD features for {n} utterances in {args.corpus / 'features'}")
+    return 0
+
+
+def _codec_train(args: argparse.Namespace) -> int:
+    if args.kind == "mel":
+        return _mel_codec_train(args)
+    from dataclasses import replace
+
+    from tts.codec.world_codec import DEFAULT_CODEC_DIR, BuiltinCodec, CodecConfig
+    from tts.training.codec_train import CodecTrainConfig, extract_features, train_codec
+
+    init = BuiltinCodec.load(args.init_from) if args.init_from else None
+    if args.decoder_only and init is None:
+        raise UserError("--decoder-only retrains the decoder of an existing codec: give it with --init-from")
+    given = {name: value for name, value in (("decoder_channels", args.decoder_channels), ("low_order_boost",
+             args.low_order_boost), ("spectrum_weighting", args.spectrum_weighting)) if value is not None}
+    if init is not None:
+        codec_config = replace(init.config, **given)
+    else:
+        frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
+        codec_config = CodecConfig(frames_per_code=frames_per_code, **given)
+    with progress_bar() as progress:
+        extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
+        extract_features(args.corpus, args.workers, progress, manifests=("val",))
+        out = args.out or DEFAULT_CODEC_DIR
+        out.mkdir(parents=True, exist_ok=True)
+        train_config = CodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, decoder_only=args.decoder_only,
+                                        delta_weight=args.delta_weight, lr=args.lr or 2e-3)
+        codec, log = train_codec(args.corpus, codec_config, train_config, progress, out / "train_log.jsonl", init)
+    codec.save(out)
+    err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
+    return 0
+
+
+def _mel_codec_train(args: argparse.Namespace) -> int:
+    from tts.codec.mel_codec import MelCodecConfig
+    from tts.training.mel_codec_train import MelCodecTrainConfig, train_mel_codec
+
+    stack = {86: 1, 43: 2, 21: 4, 22: 4}.get(round(args.frame_rate))
+    if stack is None:
+        raise UserError(f"--frame-rate {args.frame_rate}: the mel codec runs at 86, 43 or 21.5 frames/s")
+    if args.out is None:
+        raise UserError("--out is required for the mel codec (the shipped one is tts/assets/mel_codec)")
+    speakers = args.speakers.split(",") if args.speakers else None
+    train_config = MelCodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, speakers=speakers,
+                                       **({"lr": args.lr} if args.lr is not None else {}))
+    args.out.mkdir(parents=True, exist_ok=True)
+    with progress_bar() as progress:
+        codec, log = train_mel_codec(args.corpus, MelCodecConfig(stack=stack), train_config, progress,
+                                     args.out / "train_log.jsonl", checkpoint=args.out)
+    err.print(f"mel codec ({codec.frame_rate:.2f} frames/s) saved to {args.out}; validation: {log}")
+    return 0
+
+
+def _codec_vocoder(args: argparse.Namespace) -> int:
+    import torch
+
+    from tts.codec.load import load_codec
+    from tts.codec.mel_codec import MelCodec
+    from tts.training.vocoder_train import VocoderDistillConfig, distill_vocoder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    codec = load_codec(args.codec)
+    if not isinstance(codec, MelCodec):
+        raise UserError(f"{args.codec} is not a mel codec: the vocoder learns from a mel codec's decoded log-mel")
+    config = VocoderDistillConfig(resblock_kernel_sizes=[int(k) for k in args.kernels.split(",")], minutes=args.minutes,
+                                  batch=args.batch, lr=args.lr, utterances=args.utterances, init_from=args.init_from or "")
+    with progress_bar() as progress:
+        log = distill_vocoder(args.corpus, codec, args.out, config, progress)
+    err.print(f"vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from tts.training.trainer import load_train_config, train
+
+    model_config, config = load_train_config(args.config)
+    for name in ("data", "out"):
+        if getattr(args, name):
+            setattr(config, name, str(getattr(args, name)))
+    if args.max_minutes is not None:
+        config.max_minutes = args.max_minutes
+    if args.max_steps is not None:
+        config.max_steps = args.max_steps
+    if args.speakers:
+        config.speakers = args.speakers.split(",")
+    if args.threads:
+        config.threads = args.threads
+    if args.init_from:
+        config.init_from = str(args.init_from)
+    elif args.restart_schedule:
+        raise UserError("--restart-schedule goes with --init-from")
+    if args.codec:
+        config.codec_dir = str(args.codec)
+    config.restart_schedule = args.restart_schedule
+    with progress_bar() as progress:
+        step = train(model_config, config, progress)
+    err.print(f"trained to step {step}; checkpoint and export in {config.out}")
+    return 0
+
+
+def _distill(args: argparse.Namespace) -> int:
+    from tts.training.distill import DistillConfig, distill
+
+    config = DistillConfig(out=str(args.out), max_steps=args.max_steps, max_minutes=args.max_minutes or 0.0,
+                           asr_filter=not args.no_asr_filter, text_limit=args.text_limit, threads=args.threads)
+    for name in ("teacher", "student", "data"):
+        if getattr(args, name):
+            setattr(config, name, str(getattr(args, name)))
+    if args.speakers:
+        config.speakers = args.speakers.split(",")
+    path = args.sentences or CONFIGS / "distill_sentences.txt"
+    sentences = read_sentences(path)
+    with progress_bar() as progress:
+        result = distill(config, sentences, progress)
+    d_text = result["d_text"]
+    err.print(f"distilled to step {result['steps']} in {config.out}; D_text kept {d_text['kept']}/{d_text['generated']} "
+              f"teacher samples ({d_text['kept_fraction']:.0%}) with zero WER")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubParsersAction) -> None:
+    """Add training's subcommands: `data_kinds` is the `s5 data` group (the agent adds `replies` to it)."""
+    build = data_kinds.add_parser("build", help="synthesise a multi-speaker corpus from the local voices")
+    build.add_argument("--hours", type=float, default=5.0)
+    build.add_argument("--out", type=Path, required=True)
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--workers", type=int, default=2)
+    build.add_argument("--voices", default="", help="comma-separated voice names (default: all)")
+    build.add_argument("--text", type=Path, default=None, help="speak this file's sentences (one per line) instead of fortunes; added to the same corpus")
+    build.set_defaults(func=_data_build)
+    imp = data_kinds.add_parser("import", help="LibriTTS- or HiFiTTS-style directory to manifests")
+    imp.add_argument("kind", choices=["libritts", "hifitts"])
+    imp.add_argument("root", type=Path)
+    imp.add_argument("--out", type=Path, required=True)
+    imp.set_defaults(func=_data_import)
+
+    codes = data_kinds.add_parser("codes", help="manifests to codec tokens (sharded, resumable)")
+    codes.add_argument("--corpus", type=Path, required=True)
+    codes.add_argument("--out", type=Path, required=True)
+    codes.add_argument("--codec", type=Path, default=None, help="codec folder (default: the shipped codec)")
+    codes.add_argument("--manifests", default="train,val,test,zeroshot")
+    codes.add_argument("--speakers", default="", help="comma-separated speakers (default: all)")
+    codes.set_defaults(func=_data_codes)
+
+    train = commands.add_parser("train", help="train S5-TTS / T5-TTS (resumes from the run folder)")
+    train.add_argument("--config", default="s5_default", help="config name or YAML with model: and train:")
+    train.add_argument("--data", type=Path, default=None, help="tokenised corpus folder")
+    train.add_argument("--out", type=Path, default=None, help="run folder")
+    train.add_argument("--max-minutes", type=float, default=None)
+    train.add_argument("--max-steps", type=int, default=None)
+    train.add_argument("--speakers", default="", help="comma-separated training speakers (default: all)")
+    train.add_argument("--threads", type=int, default=0)
+    train.add_argument("--init-from", type=Path, default=None, help="start a new run from exported weights (e.g. tts/assets/models/s5_default)")
+    train.add_argument("--codec", type=Path, default=None, help="the codec the data was tokenised with (for audio samples and the export); default: the config's")
+    train.add_argument("--restart-schedule", action="store_true", help="with --init-from: start at step 0 (warm-up and prior anew; for a new codec)")
+    train.set_defaults(func=_train)
+
+    dist = commands.add_parser("distill", help="IMSD: distil a full-context T5 teacher into an S5 student")
+    dist.add_argument("--teacher", type=Path, default=None, help="exported T5 model (default: the shipped one)")
+    dist.add_argument("--student", type=Path, default=None, help="exported S5 model to start from (default: the shipped one)")
+    dist.add_argument("--data", type=Path, default=None, help="tokenised corpus (D_audio)")
+    dist.add_argument("--sentences", type=Path, default=None, help="D_text, one sentence per line (default: configs/distill_sentences.txt)")
+    dist.add_argument("--text-limit", type=int, default=200)
+    dist.add_argument("--no-asr-filter", action="store_true", help="keep every teacher sample (default: zero-WER ones only)")
+    dist.add_argument("--out", type=Path, default=Path("runs/s5_distilled"))
+    dist.add_argument("--max-steps", type=int, default=1000)
+    dist.add_argument("--max-minutes", type=float, default=None)
+    dist.add_argument("--speakers", default="")
+    dist.add_argument("--threads", type=int, default=0)
+    dist.set_defaults(func=_distill)
+
+    codec = commands.add_parser("codec", help="the built-in codec")
+    codec_kinds = codec.add_subparsers(dest="kind_", required=True)
+    features = codec_kinds.add_parser("features", help="WORLD analysis of a corpus (cached, resumable)")
+    features.add_argument("--corpus", type=Path, required=True)
+    features.add_argument("--workers", type=int, default=2)
+    features.add_argument("--manifests", default="train,val,test,zeroshot")
+    features.add_argument("--speakers", default="", help="comma-separated speakers (default: all)")
+    features.add_argument("--per-speaker", type=int, default=None, help="at most N utterances per speaker and manifest")
+    features.set_defaults(func=_codec_features)
+    codec_train = codec_kinds.add_parser("train", help="train the FSQ codec on a corpus")
+    codec_train.add_argument("--kind", choices=["mel", "world"], default="mel",
+                             help="mel: FSQ over log-mel, voiced by HiFi-GAN (default); world: FSQ over WORLD features")
+    codec_train.add_argument("--corpus", type=Path, required=True)
+    codec_train.add_argument("--frame-rate", type=float, default=21.5, help="86, 43 or 21.5 frames/s")
+    codec_train.add_argument("--minutes", type=float, default=25.0)
+    codec_train.add_argument("--workers", type=int, default=2)
+    codec_train.add_argument("--per-speaker", type=int, default=60, help="training utterances per speaker")
+    codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance", "low_order"], default=None,
+                             help="spectral loss weights (default: uniform, or the --init-from codec's)")
+    codec_train.add_argument("--max-hours", type=float, default=3.0, help="training audio loaded, taken round-robin over voices")
+    codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
+    codec_train.add_argument("--low-order-boost", type=float, default=None, help="with low_order weighting (default 3)")
+    codec_train.add_argument("--init-from", type=Path, default=None, help="start from this codec folder")
+    codec_train.add_argument("--decoder-only", action="store_true",
+                             help="train only the decoder (the --init-from codec's codes stay valid)")
+    codec_train.add_argument("--decoder-channels", type=int, default=None, help="decoder width (default: as the encoder)")
+    codec_train.add_argument("--delta-weight", type=float, default=0.0, help="loss on the spectrum's frame-to-frame change")
+    codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-3 mel, 2e-3 world)")
+    codec_train.add_argument("--speakers", default="", help="mel: comma-separated voices to learn (default: all)")
+    codec_train.set_defaults(func=_codec_train)
+    vocoder = codec_kinds.add_parser("vocoder", help="distil a cheaper HiFi-GAN from the V1 universal one")
+    vocoder.add_argument("--corpus", type=Path, required=True)
+    vocoder.add_argument("--out", type=Path, required=True, help="the vocoder folder (resumes from its train_state.pt)")
+    vocoder.add_argument("--codec", default="tts/assets/mel_codec", help="the mel codec whose decoded log-mel it learns on")
+    vocoder.add_argument("--kernels", default="3,7", help="the V1 resblock kernels the student keeps")
+    vocoder.add_argument("--minutes", type=float, default=60.0)
+    vocoder.add_argument("--batch", type=int, default=6)
+    vocoder.add_argument("--lr", type=float, default=1e-4)
+    vocoder.add_argument("--utterances", type=int, default=800)
+    vocoder.add_argument("--threads", type=int, default=0)
+    vocoder.add_argument("--init-from", default=None, help="continue from a saved student (fresh optimizer)")
+    vocoder.set_defaults(func=_codec_vocoder)
