@@ -17,19 +17,12 @@ from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
 
 
-def _agent_config(settings, mode: str, records_path: Path | None):
-    from agent.orchestrator import AgentConfig
-
-    return AgentConfig(tts_mode=mode, system_prompt=settings.system_prompt, history_turns=settings.history_turns,
-                       emit_every=settings.tts.emit_every, synthesis=settings.tts.synthesis(),
-                       max_stretch=settings.tts.max_stretch, records_path=records_path)
-
-
 def _chat(args: argparse.Namespace) -> int:
     import asyncio
 
     from agent.config import load_agent_settings
     from agent.logs import log_to_file
+    from agent.orchestrator import AgentConfig
     from agent.session import chat, load_bundles, pick_llm
     from audio_io.sinks import WavSink, open_sink
 
@@ -48,7 +41,7 @@ def _chat(args: argparse.Namespace) -> int:
         out_dir = Path("s5_chat_out")
         out_dir.mkdir(exist_ok=True)
         err.print(f"[yellow]turns are written to {out_dir}/turn_NNN.wav[/]")
-    config = _agent_config(settings, mode, (out_dir or Path("s5_chat_out")) / "latency.jsonl")  # one record per turn
+    config = AgentConfig.from_settings(settings, mode, (out_dir or Path("s5_chat_out")) / "latency.jsonl")  # a record per turn
     console = Console()
 
     async def run() -> int:

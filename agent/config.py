@@ -17,6 +17,7 @@ from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES, check_max_stretc
 from tts.inference.synthesis import SynthesisConfig
 
 DEFAULT_AGENT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
+HISTORY_TURNS = 8  # user/assistant pairs kept in the prompt
 SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three short spoken sentences, "
                  "without lists, tables or code unless asked.")
 
@@ -60,7 +61,7 @@ class AgentSettings:
     llm: LLMSettings = field(default_factory=LLMSettings)
     tts: TTSSettings = field(default_factory=TTSSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
-    history_turns: int = 8  # user/assistant pairs kept in the prompt
+    history_turns: int = HISTORY_TURNS
     system_prompt: str = SYSTEM_PROMPT
 
     def check(self, where: str = "agent config") -> AgentSettings:

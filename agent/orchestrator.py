@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from audio_io.sinks import ClockSink, DeviceSink
 from llm.base import LLMBackend, LLMError
 from tts.frontend.text import TextNormalizer
-from tts.inference.pipeline import Speech
+from tts.inference.pipeline import Sink, Speech
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
-from .config import SYSTEM_PROMPT
+from .config import HISTORY_TURNS, SYSTEM_PROMPT, AgentSettings
 from .logs import LOGGER, where_logged
 from .records import TurnRecord, append_jsonl
 from .segmenter import WordSegmenter
@@ -40,15 +39,22 @@ log = logging.getLogger(f"{LOGGER}.agent")
 class AgentConfig:
     tts_mode: str = "s5"
     system_prompt: str = SYSTEM_PROMPT
-    history_turns: int = 8  # user/assistant pairs kept in the prompt
+    history_turns: int = HISTORY_TURNS
     emit_every: int | None = None  # t5 / sentence: decoder steps per chunk (None: the paper's 0.35 s)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing when the LLM writes slower than the voice speaks (1: off)
     records_path: Path | None = None  # JSONL, one line per turn
 
+    @classmethod
+    def from_settings(cls, settings: AgentSettings, mode: str, records_path: Path | None = None) -> AgentConfig:
+        """The turn settings of a loaded agent config (`configs/agent.yaml`), in one TTS mode."""
+        return cls(tts_mode=mode, system_prompt=settings.system_prompt, history_turns=settings.history_turns,
+                   emit_every=settings.tts.emit_every, synthesis=settings.tts.synthesis(),
+                   max_stretch=settings.tts.max_stretch, records_path=records_path)
+
 
 class Agent:
-    def __init__(self, llm: LLMBackend, bundles: dict[str, TTSBundle], sink: ClockSink | DeviceSink,
+    def __init__(self, llm: LLMBackend, bundles: dict[str, TTSBundle], sink: Sink,
                  config: AgentConfig | None = None, on_piece: Callable[[str], None] | None = None):
         self.llm = llm
         self.bundles = bundles  # tts mode -> bundle

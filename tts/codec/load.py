@@ -1,16 +1,19 @@
-"""Which codec a folder holds: `codec.json`'s `kind` ("mel": the FSQ mel codec + HiFi-GAN; none: the WORLD-feature
-codec) picks the class. Models name their codec folder in their export (`train.codec_dir`)."""
+"""Which codec a folder holds: `codec.json`'s `kind` picks the class: "mel" (the FSQ mel codec + HiFi-GAN),
+"world" (the WORLD-feature codec; also when `kind` is missing) or "nemo" (`"model"`: a `.nemo` file or a pretrained
+name already on this machine; needs the nemo extra). Models name their codec folder in their export
+(`train.codec_dir`)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from tts.codec.base import Codec
 from tts.codec.mel_codec import MelCodec
 from tts.codec.world_codec import DEFAULT_CODEC_DIR, BuiltinCodec
 from tts.errors import UserError
 from tts.paths import repo_path
 
-Codec = BuiltinCodec | MelCodec
+__all__ = ["Codec", "load_codec", "resolve_codec_dir"]
 
 
 def resolve_codec_dir(directory: Path | str | None) -> Path:
@@ -26,9 +29,17 @@ def load_codec(directory: Path | str | None = None) -> Codec:
     config = directory / "codec.json"
     if not config.exists():
         raise UserError(f"no codec in {directory} (codec.json missing)")
-    kind = json.loads(config.read_text()).get("kind", "world")
+    spec = json.loads(config.read_text())
+    kind = spec.get("kind", "world")
     if kind == "mel":
         return MelCodec.load(directory)
     if kind == "world":
         return BuiltinCodec.load(directory)
-    raise UserError(f"{config}: unknown codec kind {kind!r} (mel or world)")
+    if kind == "nemo":
+        from tts.codec.nemo import NemoCodec
+
+        if not spec.get("model"):
+            raise UserError(f"{config}: a nemo codec names its model (a .nemo file or a pretrained name)")
+        model = Path(spec["model"])
+        return NemoCodec.load(directory / model if model.suffix == ".nemo" and not model.is_absolute() else spec["model"])
+    raise UserError(f"{config}: unknown codec kind {kind!r} (mel, world or nemo)")

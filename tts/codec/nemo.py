@@ -50,14 +50,17 @@ class NemoCodec:
         audio, _ = self.model.decode(tokens=codes[None].long(), tokens_len=torch.tensor([codes.shape[1]]))
         return audio[0, : codes.shape[1] * self.samples_per_frame].float().numpy()
 
-    def streaming_decoder(self, context_frames: int = 8, crossfade_frames: int = 1) -> "WindowedStreamingDecoder":
+    def streaming_decoder(self, context_frames: int = 8, crossfade_frames: int = 1) -> WindowedStreamingDecoder:
         return WindowedStreamingDecoder(self, context_frames, crossfade_frames)
 
 
 class WindowedStreamingDecoder:
     """Streaming for any codec with decode(codes) -> audio: each push decodes the new codes with a bounded window
     of earlier codes as context (the prefix is never re-decoded as a whole); the newest `crossfade_frames` of
-    audio are held back and Hann-crossfaded into their re-decoding with right context on the next push."""
+    audio are held back and Hann-crossfaded into their re-decoding with right context on the next push. It renders
+    audio straight from codes, so it cannot stretch (pacing is off with it)."""
+
+    supports_stretch = False
 
     def __init__(self, codec, context_frames: int, crossfade_frames: int):
         assert context_frames >= crossfade_frames
@@ -66,7 +69,7 @@ class WindowedStreamingDecoder:
         self.joiner = CrossfadeJoiner(crossfade_frames * codec.samples_per_frame)
         self.codes = torch.zeros(codec.num_codebooks, 0, dtype=torch.long)
 
-    def push(self, codes: torch.Tensor) -> np.ndarray:
+    def push(self, codes: torch.Tensor, stretch: float = 1.0) -> np.ndarray:
         if codes.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
         context = self.codes[:, max(0, self.codes.shape[1] - self.context_frames) :]

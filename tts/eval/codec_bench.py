@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts.codec.load import Codec
+from tts.codec.base import Codec
 from tts.data.corpus import read_manifest
 from tts.data.features import load_audio
 from tts.data.voices import SAMPLE_RATE, VOICES

@@ -55,6 +55,7 @@ SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is
 PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words
 MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
+S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
@@ -172,7 +173,7 @@ class StreamingSynthesizer:
         self._cursor = 0  # frames of the front segment already rendered
         self._input_done = False
         self._codec_stream = bundle.codec.streaming_decoder()
-        stretchable = getattr(self._codec_stream, "supports_stretch", False)  # the NeMo adapter renders audio directly
+        stretchable = self._codec_stream.supports_stretch
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self._seed = self.config.seed
@@ -304,7 +305,7 @@ class StreamingSynthesizer:
         if not segment.ready():
             return None, "idle"
         if self.mode == "s5":
-            completed = segment.step(max_frames=8, stop_at_word=True)
+            completed = segment.step(max_frames=S5_STEPS_PER_UNIT, stop_at_word=True)
             emit = bool(completed) or segment.finished
         else:
             completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))

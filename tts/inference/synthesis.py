@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from tts.codec.load import Codec, load_codec
+from tts.codec.base import Codec
+from tts.codec.load import load_codec
 from tts.errors import UserError
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
@@ -22,11 +23,14 @@ from tts.model.s5tts import S5TTS
 from tts.model.sampling import mask_special_codes, sample_codes
 
 
+MAX_WORD_SECONDS = 2.5  # the longest a single word may last (a runaway guard, whatever the codec's frame rate)
+
+
 @dataclass
 class SynthesisConfig:
     top_k: int = 20  # measured at temperature 0.5 (12 held-out sentences): WER 67.7 / DNSMOS 2.55 against 70.7 / 2.41 at 80
     temperature: float = 0.5  # measured: pocketsphinx WER 70.7 at 0.5 against 86.0 at 0.85 (12 held-out sentences)
-    max_frames_per_word: int = 0  # 0: about 2.5 s of frames at the codec's rate
+    max_frames_per_word: int = 0  # 0: MAX_WORD_SECONDS of frames at the codec's rate
     max_seconds_per_phoneme: float = 0.25  # runaway guard scaled to the word: cap = 0.2 s + this x its phonemes
     min_frames_per_word: int = 1
     min_seconds_per_phoneme: float = 0.04  # a word may not end (attention moving on, or EOS) sooner than this
@@ -101,7 +105,7 @@ class UtteranceSynthesizer:
         self.finished = False
         self.frames: list[torch.Tensor] = []  # every generated frame (K,), in order: streaming reads a cursor
         self.generator = torch.Generator().manual_seed(self.config.seed) if self.config.seed is not None else None
-        cap = self.config.max_frames_per_word or round(2.5 * bundle.codec.frame_rate)
+        cap = self.config.max_frames_per_word or round(MAX_WORD_SECONDS * bundle.codec.frame_rate)
         self.max_frames_per_word = cap
         self.word_caps: list[int] = []  # frame cap of every word (the smaller of the two guards)
         self.word_minimums: list[int] = []  # frames every word gets at least

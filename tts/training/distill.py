@@ -9,8 +9,6 @@ teacher into an S5-TTS student.
 """
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,11 +19,10 @@ from tts.data.tokens import TokenizedUtterance, load_tokenized
 from tts.errors import UserError
 from tts.inference.export import load_exported
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, synthesize_text
-from tts.model.batch import collate
 from tts.model.losses import masked_mean
 from tts.model.s5tts import S5TTS, teacher_forcing
 from tts.paths import DEFAULT_TOKENS
-from tts.training.trainer import BucketSampler, TrainConfig, Trainer, learning_rate
+from tts.training.trainer import TrainConfig, Trainer
 
 
 @dataclass
@@ -140,48 +137,9 @@ def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
     trainer = Trainer(student_model.config, config.train_config(), progress)
     if trainer.step == 0:  # a fresh run starts from the pretrained student
         trainer.model.load_state_dict(student_model.state_dict())
-    teacher_model.eval()
-    audio_batches = BucketSampler(audio_set, trainer.config)
-    text_batches = BucketSampler(text_set, trainer.config) if text_set else None
-    log_path = Path(config.out) / "distill_log.jsonl"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    task = progress.add_task("distilling", total=config.max_steps, completed=trainer.step) if progress else None
-    started = last_save = time.monotonic()
-    audio_iter, text_iter = iter(()), iter(())
-    while trainer.step < config.max_steps:
-        record: dict[str, float] = {}
-        sources = ["audio", "text"] if text_batches else ["audio", "audio"]
-        for group in trainer.optimizer.param_groups:
-            group["lr"] = learning_rate(trainer.step, trainer.config)
-        for source in sources:  # one D_audio and one D_text mini-batch per accumulation cycle
-            if source == "audio":
-                examples = next(audio_iter, None)
-                if examples is None:
-                    audio_iter = iter(audio_batches.epoch())
-                    examples = next(audio_iter)
-            else:
-                examples = next(text_iter, None)
-                if examples is None:
-                    text_iter = iter(text_batches.epoch())
-                    examples = next(text_iter)
-            losses = distill_losses(trainer.model, teacher_model, collate(examples), config)
-            (losses.total / len(sources)).backward()
-            for k, v in losses.as_floats().items():
-                record[f"{source}_{k}"] = record.get(f"{source}_{k}", 0.0) + v / sources.count(source)
-        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
-        trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
-        trainer.step += 1
-        record["step"] = trainer.step
-        with log_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if progress:
-            progress.update(task, completed=trainer.step)
-        out_of_time = config.max_minutes and time.monotonic() - started > config.max_minutes * 60
-        if time.monotonic() - last_save > config.checkpoint_minutes * 60 or trainer.step >= config.max_steps or out_of_time:
-            trainer.save()
-            last_save = time.monotonic()
-        if out_of_time:
-            break
+    teacher_model.to(trainer.device).eval()
+    # one D_audio and one D_text mini-batch in every accumulation cycle, each under the distillation loss
+    trainer.fit({"audio": audio_set, "text": text_set},
+                loss=lambda student, batch: distill_losses(student, teacher_model, batch, config))
     trainer.save()
     return {"steps": trainer.step, "d_text": text_stats, "d_audio": len(audio_set), "config": asdict(config)}

@@ -13,6 +13,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,9 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     return config.lr_min + 0.5 * (config.lr - config.lr_min) * (1 + math.cos(math.pi * progress))
 
 
+LossHook = Callable[[torch.nn.Module, Batch], object]  # (model, batch on the device) -> losses (.total, .as_floats())
+
+
 def prior_strength(step: int, config: TrainConfig) -> float:
     if step < config.prior_full_until:
         return 1.0
@@ -190,10 +194,14 @@ class Trainer:
     def _to_device(self, batch: Batch) -> Batch:
         return Batch(*(v.to(self.device) if isinstance(v, torch.Tensor) else v for v in vars(batch).values()))
 
-    def _forward(self, batch: Batch):
-        use_prior_path = self.step < self.config.aux_warmup_steps
+    def _losses(self, batch: Batch, loss: LossHook | None):
+        """The model's own losses, or the hook's (distillation) on the same device and autocast."""
+        batch = self._to_device(batch)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            return self.ddp_model(self._to_device(batch), prior_strength=prior_strength(self.step, self.config), use_prior_path=use_prior_path)
+            if loss is not None:
+                return loss(self.ddp_model, batch)
+            return self.ddp_model(batch, prior_strength=prior_strength(self.step, self.config),
+                                  use_prior_path=self.step < self.config.aux_warmup_steps).losses
 
     @torch.no_grad()
     def validate(self, batches: list[list[Example]]) -> dict:
@@ -228,44 +236,57 @@ class Trainer:
             paths.append(path)
         return paths
 
-    def fit(self, train: list[TokenizedUtterance], val: list[TokenizedUtterance]) -> int:
+    def fit(self, train: list[TokenizedUtterance] | dict[str, list[TokenizedUtterance]],
+            val: list[TokenizedUtterance] | None = None, loss: LossHook | None = None) -> int:
+        """Train to `max_steps` (or `max_minutes`). train: one training set, or named sets whose mini-batches take
+        turns inside every accumulation cycle, logged under their name (IMSD: "audio" and "text"). loss: a hook
+        `loss(model, batch) -> losses` (with `.total` and `.as_floats()`) in place of the model's own losses."""
         c = self.config
-        sampler = BucketSampler(train, c, self.rank, self.world_size)
-        val_batches = BucketSampler(val, TrainConfig(batch_frames=c.batch_frames, max_frames=c.max_frames), 0, 1).epoch()[: c.val_batches]
+        sets = train if isinstance(train, dict) else {"": train}
+        streams = {name: _endless(BucketSampler(data, c, self.rank, self.world_size)) for name, data in sets.items() if data}
+        cycle = [list(streams)[i % len(streams)] for i in range(c.grad_accum)]  # source of each mini-batch
+        val_batches = []
+        if val:
+            val_batches = BucketSampler(val, TrainConfig(batch_frames=c.batch_frames, max_frames=c.max_frames), 0, 1).epoch()[: c.val_batches]
         task = self.progress.add_task("training", total=c.max_steps, completed=self.step) if self.progress else None
         started = last_save = time.monotonic()
         self.model.train()
         while self.step < c.max_steps:
-            batches = sampler.epoch()
-            for i in range(0, len(batches) - c.grad_accum + 1, c.grad_accum):
-                for group in self.optimizer.param_groups:
-                    group["lr"] = learning_rate(self.step, c)
-                t0 = time.perf_counter()
-                record: dict[str, float] = {}
-                for examples in batches[i : i + c.grad_accum]:
-                    out = self._forward(collate(examples))
-                    (out.losses.total / c.grad_accum).backward()
-                    for k, v in out.losses.as_floats().items():
-                        record[k] = record.get(k, 0.0) + v / c.grad_accum
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.step += 1
-                record.update(step=self.step, lr=learning_rate(self.step, c), grad_norm=round(grad_norm, 3), step_s=round(time.perf_counter() - t0, 3))
-                if self.step % c.val_every == 0 and self.is_main:
-                    record.update({f"val_{k}": v for k, v in self.validate(val_batches).items()})
-                    if c.samples:
-                        record["samples"] = [str(p) for p in self.write_samples([u.text for u in val[: c.samples]])]
-                self._log(record)
-                if self.progress:
-                    self.progress.update(task, completed=self.step, description=f"training loss {record['total']:.3f}")
-                out_of_time = c.max_minutes and time.monotonic() - started > c.max_minutes * 60
-                if time.monotonic() - last_save > c.checkpoint_minutes * 60 or self.step >= c.max_steps or out_of_time:
-                    self.save()
-                    last_save = time.monotonic()
-                if self.step >= c.max_steps or out_of_time:
-                    return self.step
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate(self.step, c)
+            t0 = time.perf_counter()
+            record: dict[str, float] = {}
+            for name in cycle:
+                losses = self._losses(collate(next(streams[name])), loss)
+                (losses.total / c.grad_accum).backward()
+                prefix = f"{name}_" if name else ""
+                for k, v in losses.as_floats().items():
+                    record[prefix + k] = record.get(prefix + k, 0.0) + v / cycle.count(name)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            record.update(step=self.step, lr=learning_rate(self.step, c), grad_norm=round(grad_norm, 3), step_s=round(time.perf_counter() - t0, 3))
+            if val_batches and self.step % c.val_every == 0 and self.is_main:
+                record.update({f"val_{k}": v for k, v in self.validate(val_batches).items()})
+                if c.samples:
+                    record["samples"] = [str(p) for p in self.write_samples([u.text for u in val[: c.samples]])]
+            self._log(record)
+            if self.progress:
+                self.progress.update(task, completed=self.step, description=f"training loss {record.get('total', record.get(cycle[0] + '_total', 0)):.3f}")
+            out_of_time = c.max_minutes and time.monotonic() - started > c.max_minutes * 60
+            if time.monotonic() - last_save > c.checkpoint_minutes * 60 or self.step >= c.max_steps or out_of_time:
+                self.save()
+                last_save = time.monotonic()
+            if out_of_time:
+                break
         return self.step
+
+
+def _endless(sampler: BucketSampler) -> Iterator[list[Example]]:
+    """Mini-batches epoch after epoch (each epoch reshuffled by the sampler)."""
+    while True:
+        yield from sampler.epoch()
 
 
 def train(model_config: ModelConfig, config: TrainConfig, progress=None) -> int:

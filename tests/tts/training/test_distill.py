@@ -58,7 +58,7 @@ def test_distillation_runs_and_moves_the_student_towards_the_teacher(tmp_path):
                            ce_weight=0.0)  # the teacher never saw these random codes: follow the teacher only
     result = distill(config, ["Good morning.", "See you soon."])
     assert result["steps"] == 25 and result["d_text"]["kept"] == 2
-    log = [json.loads(l) for l in (tmp_path / "run" / "distill_log.jsonl").read_text().splitlines()]
+    log = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert {"audio_kl", "text_kl", "audio_hidden_mse", "text_ce"} <= set(log[0])
     def distance(r):
         return r["audio_kl"] + r["text_kl"] + 10 * (r["audio_hidden_mse"] + r["text_hidden_mse"])

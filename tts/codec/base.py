@@ -1,0 +1,43 @@
+"""What a codec is to the rest of the system: codes <-> audio, and a per-utterance streaming decoder.
+
+Implemented by the mel codec (`mel_codec.MelCodec`: FSQ over log-mel, voiced by HiFi-GAN), the WORLD-feature codec
+(`world_codec.BuiltinCodec`) and the NeMo adapter (`nemo.NemoCodec`); `load.load_codec` picks one from a folder's
+`codec.json`.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+
+class StreamingDecoder(Protocol):
+    """Per utterance: codes in as they are generated, audio out as soon as it is final."""
+    supports_stretch: bool  # push() can render frames slower at the same pitch (pacing)
+
+    def push(self, codes: torch.Tensor, stretch: float = 1.0) -> np.ndarray:
+        """(K, n) new codes -> the audio that is final now (float32, possibly empty)."""
+        ...
+
+    def flush(self) -> np.ndarray:
+        """The rest of the utterance's audio."""
+        ...
+
+
+class Codec(Protocol):
+    sample_rate: int
+    frame_rate: float
+    samples_per_frame: int
+    num_codebooks: int  # K
+    codebook_size: int
+
+    def encode(self, audio: np.ndarray) -> torch.Tensor:
+        """float32 audio at sample_rate -> (K, T) codes."""
+        ...
+
+    def decode(self, codes: torch.Tensor) -> np.ndarray:
+        """(K, T) codes -> float32 audio, T * samples_per_frame samples."""
+        ...
+
+    def streaming_decoder(self) -> StreamingDecoder: ...
