@@ -22,7 +22,7 @@ from typing import Callable
 
 from llm.base import LLMBackend, LLMError
 from tts.frontend.text import TextNormalizer
-from tts.inference.pipeline import Sink, Speech
+from tts.inference.pipeline import Sink, Speech, gap_report
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
@@ -175,6 +175,7 @@ class Agent:
         record.first_codec_frame = times.first_codec_frame_ns
         record.first_audible_sample = stats.first_audible_ns
         record.underruns, record.underrun_ms = stats.underruns, round(stats.underrun_ms, 1)
+        record.gaps = gap_report(stats, stamps)
         record.paced_ms = round(times.paced_s * 1000, 1)
         record.frames = times.frames
         record.frames_per_word = round(times.frames / times.words, 2) if times.words else None

@@ -31,6 +31,7 @@ class TurnRecord:
     last_audio: int | None = None
     underruns: int = 0
     underrun_ms: float = 0.0
+    gaps: list[dict] = field(default_factory=list)  # per underrun: at_s, ms, the words before and after it
     paced_ms: float = 0.0  # audio added by slowing down while the LLM was behind the voice
     rtf: float | None = None
     frames: int = 0
@@ -50,6 +51,14 @@ class TurnRecord:
         return self.ms_after_request("first_audible_sample")
 
     @property
+    def e2e_minus_floor_ms(self) -> float | None:
+        """First audible sample after synthesis was allowed to start (s5: word k+1 arrived; t5: the reply ended;
+        sentence: the first sentence ended): what the engine adds to the LLM's own pace."""
+        if self.first_audible_sample is None or self.word_k1_arrived is None:
+            return None
+        return round((self.first_audible_sample - self.word_k1_arrived) / 1e6, 1)
+
+    @property
     def e2e_chunk_ms(self) -> float | None:
         """First audio chunk after the request (the paper's figure)."""
         return self.ms_after_request("first_audio_chunk")
@@ -57,6 +66,7 @@ class TurnRecord:
     def to_json(self) -> dict:
         data = asdict(self)
         data["e2e_ms"], data["e2e_chunk_ms"] = self.e2e_ms, self.e2e_chunk_ms
+        data["e2e_minus_floor_ms"] = self.e2e_minus_floor_ms
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
         return data
 

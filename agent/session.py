@@ -158,15 +158,18 @@ def summarize_records(records: list[TurnRecord]) -> dict:
     chunk = [r.e2e_chunk_ms for r in records if r.e2e_chunk_ms is not None]
     first_chunk = [(r.first_audio_chunk - r.word_k1_arrived) / 1e6 for r in records
                    if r.first_audio_chunk is not None and r.word_k1_arrived is not None]
+    over_floor = [r.e2e_minus_floor_ms for r in records if r.e2e_minus_floor_ms is not None]
     audio = sum(r.audio_s for r in records)
     compute = sum((r.rtf or 0) * r.audio_s for r in records)
     return {
         "e2e_p50_ms": pct(e2e, 50), "e2e_p95_ms": pct(e2e, 95),
         "e2e_chunk_p50_ms": pct(chunk, 50), "e2e_chunk_p95_ms": pct(chunk, 95),
         "first_chunk_ms_p50": pct(first_chunk, 50),
+        "e2e_minus_floor_ms_p50": pct(over_floor, 50), "e2e_minus_floor_ms_p95": pct(over_floor, 95),
         "rtf": round(compute / audio, 3) if audio else None,
         "underruns": sum(r.underruns for r in records), "underrun_ms": round(sum(r.underrun_ms for r in records), 1),
         "turns": len(records), "errors": sum(bool(r.error) for r in records),
+        "underrun_turns": [{"turn": r.turn, "user": r.user, "gaps": r.gaps} for r in records if r.underruns],
     }
 
 
@@ -179,6 +182,8 @@ async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: 
         single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
         for mode in modes:
             result = await replay(single, bundles, mode, None, SynthesisConfig(seed=seed + i))
+            for record in result.records:
+                record.turn = i + 1  # the script's turn, not the one-turn replay's
             by_mode[mode] += result.records
             if progress:
                 progress.advance(task)

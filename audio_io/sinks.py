@@ -12,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ class PlaybackStats:
     underrun_ms: float = 0.0
     played_samples: int = 0
     last_sample_ns: int | None = None  # when the last written sample will have played
+    gaps: list[list[float]] = field(default_factory=list)  # [audio seconds played before the gap, gap ms] per underrun
 
 
 class ClockSink:
@@ -88,6 +89,7 @@ class ClockSink:
         if now > self._clock:
             s.underruns += 1
             s.underrun_ms += (now - self._clock) / 1e6
+            s.gaps.append([s.played_samples / self.sample_rate, (now - self._clock) / 1e6])
             self._clock = now
         if not self._audible_found:
             index = first_audible_sample(samples, self.sample_rate)
@@ -225,14 +227,21 @@ class DeviceSink:
                 if self._started and self._turn_open:  # ran dry while more audio is due
                     if self._dry_since is None:
                         self.stats.underruns += 1
+                        self.stats.gaps.append([self.stats.played_samples / self.sample_rate, 0.0])
                         self._dry_since = now
                 elif not self._queue:
                     self._idle.set()
             elif self._dry_since is not None:
-                self.stats.underrun_ms += (now - self._dry_since) / 1e6
-                self._dry_since = None
+                self._end_gap(now)
             if filled == frames and not self._queue and not self._turn_open:
                 self._idle.set()
+
+    def _end_gap(self, now: int) -> None:
+        """The player has audio again (called with the lock held)."""
+        gap_ms = (now - self._dry_since) / 1e6
+        self.stats.underrun_ms += gap_ms
+        self.stats.gaps[-1][1] = gap_ms
+        self._dry_since = None
 
     def begin_turn(self) -> None:
         with self._lock:
@@ -256,8 +265,7 @@ class DeviceSink:
             if not self._started:
                 self._play_after_ns = max(self._play_after_ns, play_after_ns or 0)
             if self._dry_since is not None:
-                self.stats.underrun_ms += (time.perf_counter_ns() - self._dry_since) / 1e6
-                self._dry_since = None
+                self._end_gap(time.perf_counter_ns())
             self._queue.append(np.clip(samples, -1.0, 1.0).astype(np.float32))  # never wrap around on overflow
             self._idle.clear()
             queued = sum(len(q) for q in self._queue) - self._offset

@@ -22,6 +22,8 @@ def test_clock_sink_counts_underruns_only_when_audio_is_late():
     time.sleep(0.35)  # the player runs dry
     sink.write(np.full(10, 0.1))
     assert sink.stats.underruns == 1 and sink.stats.underrun_ms >= 40
+    [[at_s, gap_ms]] = sink.stats.gaps  # where in the audio it ran dry (after 0.3 s) and for how long
+    assert at_s == pytest.approx(0.3) and gap_ms == pytest.approx(sink.stats.underrun_ms)
     sink.begin_turn()
     assert sink.stats.underruns == 0 and sink.stats.first_audible_ns is None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -48,6 +48,13 @@ class SpeechStamps:
     last_audio_ns: int | None = None
     audio_s: float = 0.0
     spoken_words: int = 0
+    chunk_words: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)  # (starts at audio second, words)
+
+    def words_around(self, at_s: float) -> tuple[str, str]:
+        """The words of the chunks just before and just after audio second `at_s` (where a gap fell)."""
+        before = [w for start, w in self.chunk_words if start < at_s - 1e-6]
+        after = [w for start, w in self.chunk_words if start >= at_s - 1e-6]
+        return " ".join(before[-1] if before else ()), " ".join(after[0] if after else ())
 
 
 @dataclass
@@ -83,6 +90,10 @@ class SpeechResult:
     @property
     def rtf(self) -> float | None:
         return self.times.compute_ns / 1e9 / self.audio_s if self.audio_s else None
+
+    def gaps(self) -> list[dict]:
+        """Every underrun: when in the audio, how long, and the words on either side of it."""
+        return gap_report(self.playback, self.stamps)
 
     @property
     def audio(self) -> np.ndarray:
@@ -124,6 +135,8 @@ class Speech:
             if self.stamps.first_audio_chunk_ns is None:
                 self.stamps.first_audio_chunk_ns = chunk.created_ns
             self.stamps.last_audio_ns = chunk.created_ns
+            if len(chunk.samples) or chunk.words:
+                self.stamps.chunk_words.append((self.stamps.audio_s, chunk.words))
             self.stamps.audio_s += len(chunk.samples) / chunk.sample_rate
             if self.keep_chunks:
                 self.chunks.append(chunk)
@@ -146,6 +159,14 @@ class Speech:
 
     def result(self) -> SpeechResult:
         return SpeechResult(self.stamps, self.synth.times, self.sink.stats, self.chunks)
+
+
+def gap_report(playback: PlaybackStats, stamps: SpeechStamps) -> list[dict]:
+    out = []
+    for at_s, gap_ms in playback.gaps:
+        before, after = stamps.words_around(at_s)
+        out.append({"at_s": round(at_s, 2), "ms": round(gap_ms, 1), "before": before, "after": after})
+    return out
 
 
 async def _as_async(words: AsyncIterable[str] | Iterable[str]) -> AsyncIterator[str]:

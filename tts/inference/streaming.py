@@ -94,6 +94,7 @@ class AudioChunk:
     final: bool = False
     codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
     play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
+    words: tuple[str, ...] = ()  # the words completed since the previous chunk (to trace a gap to its text)
 
 
 @dataclass
@@ -171,6 +172,7 @@ class StreamingSynthesizer:
         self._held_words: list[str] = []
         self._segments: deque[UtteranceSynthesizer] = deque()
         self._cursor = 0  # frames of the front segment already rendered
+        self._words_done: list[str] = []  # completed since the last chunk
         self._input_done = False
         self._codec_stream = bundle.codec.streaming_decoder()
         stretchable = self._codec_stream.supports_stretch
@@ -312,6 +314,7 @@ class StreamingSynthesizer:
             emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
         self.times.capped_words += sum(c.capped for c in completed)
         self.times.words += len(completed)
+        self._words_done += [c.word for c in completed]
         if self.times.first_codec_frame_ns is None and segment.frames:
             self.times.first_codec_frame_ns = time.perf_counter_ns()
         chunk = self._render(segment) if emit else None
@@ -341,7 +344,9 @@ class StreamingSynthesizer:
         play_after = None
         if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
             play_after, self._play_after_ns = self._play_after_ns, None
-        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after)
+        words, self._words_done = tuple(self._words_done), []
+        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after,
+                          words=words)
 
     def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int, interval_ns: int | None) -> int | None:
         """s5: how long until the words the next word needs will have arrived, guessed from the recent word

@@ -22,7 +22,6 @@ from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
 from tts.model.s5tts import S5TTS
 from tts.model.sampling import mask_special_codes, sample_codes
 
-
 MAX_WORD_SECONDS = 2.5  # the longest a single word may last (a runaway guard, whatever the codec's frame rate)
 
 

@@ -10,6 +10,7 @@ from audio_io.wav import read_wav
 from tts.codec import mel
 from tts.codec.load import load_codec
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
+from tts.errors import UserError
 
 FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 
@@ -65,11 +66,17 @@ def test_save_load_and_dispatch(tiny_codec, fox_mel, tmp_path):
     assert isinstance(loaded, MelCodec)
     same = loaded.encode_features(fox_mel) == tiny_codec.encode_features(fox_mel)
     assert same.float().mean() > 0.97  # fp16 weights: a code on a rounding boundary may flip, no more
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(UserError):
         load_codec(tmp_path / "missing")
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / "codec.json").write_text('{"kind": "odd"}')
     with pytest.raises(ValueError, match="unknown codec kind"):
+        load_codec(tmp_path / "odd")
+    (tmp_path / "odd" / "codec.json").write_text('{"kind": "nemo"}')  # the NeMo adapter is selectable, and says what it needs
+    with pytest.raises(UserError, match="names its model"):
+        load_codec(tmp_path / "odd")
+    (tmp_path / "odd" / "codec.json").write_text('{"kind": "nemo", "model": "absent.nemo"}')
+    with pytest.raises(UserError, match="nemo"):  # no nemo extra, or no such file: one line either way
         load_codec(tmp_path / "odd")
 
 

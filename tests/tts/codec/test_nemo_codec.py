@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from tts.errors import UserError
+
 pytestmark = pytest.mark.slow
 
 
@@ -80,5 +82,5 @@ def test_missing_nemo_file_is_a_clear_error(tmp_path):
     _nemo()
     from tts.codec.nemo import NemoCodec
 
-    with pytest.raises(FileNotFoundError, match="no NeMo codec"):
+    with pytest.raises(UserError, match="no NeMo codec"):
         NemoCodec.load(tmp_path / "missing.nemo")

@@ -10,6 +10,7 @@ from audio_io.wav import read_wav
 from tts.codec import mel
 from tts.codec.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum
 from tts.codec.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
+from tts.errors import UserError
 
 FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 
@@ -144,7 +145,7 @@ def test_distilled_vocoder_saves_loads_and_streams(vocoder, tmp_path):
     reference = student(features)
     assert np.abs(loaded(features) - reference).mean() < 0.02 * np.abs(reference).mean()  # fp16 weights
     assert loaded.lookahead_frames < vocoder.lookahead_frames  # no kernel-11 resblocks: less right context
-    with pytest.raises(FileNotFoundError, match="vocoder"):
+    with pytest.raises(UserError, match="vocoder"):
         Vocoder.load(tmp_path / "missing")
 
 

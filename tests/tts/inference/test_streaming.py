@@ -192,3 +192,17 @@ def test_a_voice_prompt_prefixes_the_decoder_and_only_our_words_are_spoken(tiny_
     assert torch.equal(join_codes(offline), join_codes(streamed))
     plain, _ = run(synthesize_words(bundle, WORDS, "s5", config=synth_config()))
     assert join_codes(plain).shape != join_codes(streamed).shape or not torch.equal(join_codes(plain), join_codes(streamed))
+
+
+def test_each_chunk_names_its_words_so_a_gap_can_be_traced(tiny_bundle):
+    from audio_io.sinks import PlaybackStats
+    from tts.inference.pipeline import gap_report
+
+    speech = run(speak(tiny_bundle(2), WORDS, "s5", config=synth_config()))
+    assert [w for c in speech.chunks for w in c.words] == WORDS  # s5: every word once, in order
+    starts = [start for start, _ in speech.stamps.chunk_words]
+    assert starts == sorted(starts) and starts[0] == 0.0
+    second_start, second_words = speech.stamps.chunk_words[1]
+    gaps = gap_report(PlaybackStats(gaps=[[second_start, 42.0]]), speech.stamps)
+    assert gaps == [{"at_s": round(second_start, 2), "ms": 42.0, "before": " ".join(speech.stamps.chunk_words[0][1]),
+                     "after": " ".join(second_words)}]
