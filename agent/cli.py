@@ -64,23 +64,29 @@ def _replay(args: argparse.Namespace) -> int:
 
     from agent.config import load_agent_settings
     from agent.logs import log_to_file
-    from agent.session import load_bundles, replay
+    from agent.session import load_bundles, replay, soak_summary
     from llm.replay import ReplayScript
 
     script = ReplayScript.load(args.script)
+    if args.repeat < 1:
+        raise UserError(f"--repeat {args.repeat}: at least 1")
+    script.turns = script.turns * args.repeat
     log_to_file()
     bundles = load_bundles([args.tts])
     out_dir = args.out or Path("replay_out") / args.script.stem
     out_dir.mkdir(parents=True, exist_ok=True)
     with progress_bar() as progress:
         result = asyncio.run(replay(script, bundles, args.tts, out_dir, load_agent_settings().tts.synthesis(),
-                                    pace=False, progress=progress))
+                                    pace=False, progress=progress, save_wavs=not args.no_wavs))
+    soak = soak_summary(result) if args.repeat > 1 else None
     if args.json:
         print(json.dumps({"script": result.script, "mode": result.mode, "wavs": [str(w) for w in result.wavs],
-                          "records": [r.to_json() for r in result.records]}))
+                          "records": [r.to_json() for r in result.records], **({"soak": soak} if soak else {})}))
     else:
         for record in result.records:
             Console(soft_wrap=True).print(record.summary_line(), markup=False, highlight=False)
+        if soak:
+            Console(soft_wrap=True).print(f"soak: {json.dumps(soak)}", markup=False, highlight=False)
         err.print(f"{len(result.wavs)} WAVs and latency.jsonl in {out_dir}")
     return 0
 
@@ -111,6 +117,10 @@ def _bench_e2e(args: argparse.Namespace) -> int:
                       str(m["e2e_chunk_p50_ms"]), str(m["underruns"]))
     Console().print(table)
     Console().print(f"E2E ratio S5 / T5: {result.get('ratio_e2e_s5_over_t5')}")
+    if "barge_in" in result:
+        b = result["barge_in"]
+        Console().print(f"barge-in (s5, interrupted {b['after_first_audible_ms']:.0f} ms after the first sound): silent after "
+                        f"{b['ms_p50']} ms p50, {b['ms_p95']} ms p95 ({b['turns']} turns)")
     return 0
 
 
@@ -189,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--tts", choices=["s5", "t5", "sentence"], default="s5")
     rep.add_argument("--out", type=Path, default=None, help="default: replay_out/SCRIPT")
     rep.add_argument("--json", action="store_true")
+    rep.add_argument("--repeat", type=int, default=1, help="play the script this many times (a soak: latency drift and "
+                     "memory growth after warm-up are reported)")
+    rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
     rep.set_defaults(func=_replay)
 
     data = commands.add_parser("data", help="offline speech data")

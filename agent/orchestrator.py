@@ -64,6 +64,7 @@ class Agent:
         self.history: list[dict] = []
         self.turns = 0
         self._interrupted = asyncio.Event()
+        self._interrupt_ns: int | None = None
 
     def messages_for(self, user: str) -> list[dict]:
         kept = self.history[-2 * self.config.history_turns :] if self.config.history_turns else []
@@ -71,12 +72,14 @@ class Agent:
 
     def interrupt(self) -> None:
         """Barge-in: stop the running turn now (safe to call when none runs)."""
+        self._interrupt_ns = time.perf_counter_ns()
         self._interrupted.set()
 
     async def run_turn(self, user: str, tts_mode: str | None = None) -> TurnRecord:
         mode = tts_mode or self.config.tts_mode
         self.turns += 1
         self._interrupted.clear()
+        self._interrupt_ns = None
         record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
         synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every,
                                      max_stretch=self.config.max_stretch)
@@ -122,6 +125,8 @@ class Agent:
         self.sink.flush()
         self.sink.end_turn()
         record.cancelled = cancelled
+        if cancelled:
+            self._stamp_silence(record)
         await asyncio.gather(*stages, return_exceptions=True)
 
     async def _drain_or_interrupt(self, interrupted: asyncio.Task, record: TurnRecord) -> None:
@@ -131,6 +136,12 @@ class Agent:
             drain.cancel()
             self.sink.flush()
             record.cancelled = True
+            self._stamp_silence(record)
+
+    def _stamp_silence(self, record: TurnRecord) -> None:
+        """The queued audio is dropped now; what the device already holds still plays for its output latency."""
+        record.interrupted_at = self._interrupt_ns
+        record.silenced = time.perf_counter_ns() + self.sink.output_latency_ns
 
     # ---- stages ---------------------------------------------------------------------------------------------
     async def _llm_stage(self, messages: list[dict], pieces: asyncio.Queue, reply: list[str], record: TurnRecord) -> None:
@@ -182,5 +193,6 @@ class Agent:
         record.rtf = round(times.compute_ns / 1e9 / record.audio_s, 3) if record.audio_s else None
         if reply.strip():
             self.history += [{"role": "user", "content": record.user}, {"role": "assistant", "content": reply}]
+            self.history = self.history[-2 * self.config.history_turns :] if self.config.history_turns else []
         if self.config.records_path is not None:
             append_jsonl(self.config.records_path, record)

@@ -29,6 +29,8 @@ class TurnRecord:
     first_audible_sample: int | None = None
     last_token: int | None = None
     last_audio: int | None = None
+    interrupted_at: int | None = None  # barge-in: the interrupting line (or Ctrl-C) arrived
+    silenced: int | None = None  # ... and the sink's output went quiet (its device latency included)
     underruns: int = 0
     underrun_ms: float = 0.0
     gaps: list[dict] = field(default_factory=list)  # per underrun: at_s, ms, the words before and after it
@@ -59,6 +61,13 @@ class TurnRecord:
         return round((self.first_audible_sample - self.word_k1_arrived) / 1e6, 1)
 
     @property
+    def barge_in_ms(self) -> float | None:
+        """From the interruption to silence at the sink."""
+        if self.interrupted_at is None or self.silenced is None:
+            return None
+        return round((self.silenced - self.interrupted_at) / 1e6, 1)
+
+    @property
     def e2e_chunk_ms(self) -> float | None:
         """First audio chunk after the request (the paper's figure)."""
         return self.ms_after_request("first_audio_chunk")
@@ -66,7 +75,7 @@ class TurnRecord:
     def to_json(self) -> dict:
         data = asdict(self)
         data["e2e_ms"], data["e2e_chunk_ms"] = self.e2e_ms, self.e2e_chunk_ms
-        data["e2e_minus_floor_ms"] = self.e2e_minus_floor_ms
+        data["e2e_minus_floor_ms"], data["barge_in_ms"] = self.e2e_minus_floor_ms, self.barge_in_ms
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
         return data
 
@@ -81,7 +90,7 @@ class TurnRecord:
         if self.paced_ms:
             parts.append(f"paced +{self.paced_ms:.0f} ms")
         if self.cancelled:
-            parts.append("interrupted")
+            parts.append("interrupted" + (f", silent {self.barge_in_ms:.0f} ms later" if self.barge_in_ms is not None else ""))
         if self.error:
             parts.append(f"error: {self.error}")
         return " · ".join(parts)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,31 +130,93 @@ class ReplayResult:
     mode: str
     records: list[TurnRecord]
     wavs: list[Path]
+    rss_mb: list[float]  # resident memory after each turn
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (Linux /proc; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def soak_summary(result: ReplayResult, warmup_fraction: float = 0.1) -> dict:
+    """Long replays: does latency drift or memory grow once warm? Compares the first and last quarter of the
+    turns after warm-up (the first 10%, at least 5 turns)."""
+    warm = max(5, round(warmup_fraction * len(result.records)))
+    records, rss = result.records[warm:], result.rss_mb[warm - 1 :]
+    if len(records) < 8:
+        return {"turns": len(result.records), "note": "too few turns after warm-up for a soak figure"}
+    quarter = len(records) // 4
+    early = pct([r.e2e_ms for r in records[:quarter] if r.e2e_ms is not None], 50)
+    late = pct([r.e2e_ms for r in records[-quarter:] if r.e2e_ms is not None], 50)
+    return {
+        "turns": len(result.records), "warmup_turns": warm,
+        "rss_mb_after_warmup": round(rss[0], 1), "rss_mb_end": round(rss[-1], 1), "rss_mb_max": round(max(rss), 1),
+        "rss_growth_pct": round(100 * (rss[-1] - rss[0]) / rss[0], 2) if rss[0] else None,
+        "e2e_p50_ms_first_quarter": early, "e2e_p50_ms_last_quarter": late,
+        "e2e_drift_ms": round(late - early, 1) if early is not None and late is not None else None,
+        "underruns": sum(r.underruns for r in result.records), "errors": sum(bool(r.error) for r in result.records),
+    }
 
 
 async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], mode: str, out_dir: Path | None,
-                 synthesis: SynthesisConfig | None = None, pace: bool = False, progress=None) -> ReplayResult:
+                 synthesis: SynthesisConfig | None = None, pace: bool = False, progress=None,
+                 save_wavs: bool = True) -> ReplayResult:
     """Every turn of the script through the real orchestrator; one WAV per turn, records in latency.jsonl."""
     rate = next(iter(bundles.values())).codec.sample_rate
     sink = WavSink(rate, out_dir / "turn.wav" if out_dir else "turn.wav", pace=pace) if out_dir else ClockSink(rate, pace=pace)
     records_path = out_dir / "latency.jsonl" if out_dir else None
     agent = Agent(ReplayLLM(script), bundles, sink, AgentConfig(tts_mode=mode, synthesis=synthesis or SynthesisConfig(),
                                                                  records_path=records_path))
-    records, wavs = [], []
+    records, wavs, rss = [], [], []
     task = progress.add_task(f"{script.name} ({mode})", total=len(script.turns)) if progress else None
     for turn in script.turns:
         records.append(await agent.run_turn(turn.user))
-        if out_dir is not None:
+        if out_dir is not None and save_wavs:
             wavs.append(sink.save(out_dir / f"{mode}_turn_{len(records):02d}.wav"))
+        elif isinstance(sink, WavSink):
+            sink.clear_recording()
+        rss.append(resident_mb())
         if progress:
             progress.advance(task)
-    return ReplayResult(script.name, mode, records, wavs)
+    return ReplayResult(script.name, mode, records, wavs, rss)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 1) if values else None
+
+
+async def bench_barge_in(script: ReplayScript, bundle: TTSBundle, after_ms: float = 400.0, seed: int = 0,
+                         progress=None) -> dict:
+    """Every turn of the script in s5, played in real time and interrupted `after_ms` after its first audible
+    sample: how long from the interruption until the sink is silent."""
+    rate = bundle.codec.sample_rate
+    figures = []
+    task = progress.add_task("bench barge-in", total=len(script.turns)) if progress else None
+    for i, turn in enumerate(script.turns):
+        sink = ClockSink(rate, pace=True)
+        single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
+        agent = Agent(ReplayLLM(single), {"s5": bundle}, sink, AgentConfig(tts_mode="s5", synthesis=SynthesisConfig(seed=seed + i)))
+        running = asyncio.create_task(agent.run_turn(turn.user))
+        while not running.done() and (sink.stats.first_audible_ns is None
+                                      or time.perf_counter_ns() < sink.stats.first_audible_ns + after_ms * 1e6):
+            await asyncio.sleep(0.005)
+        agent.interrupt()
+        record = await running
+        if record.barge_in_ms is not None:
+            figures.append(record.barge_in_ms)
+        if progress:
+            progress.advance(task)
+    return {"after_first_audible_ms": after_ms, "ms_p50": pct(figures, 50), "ms_p95": pct(figures, 95),
+            "ms_max": max(figures) if figures else None, "turns": len(figures)}
 
 
 def summarize_records(records: list[TurnRecord]) -> dict:
-    def pct(values: list[float], q: float) -> float | None:
-        return round(float(np.percentile(values, q)), 1) if values else None
-
     e2e = [r.e2e_ms for r in records if r.e2e_ms is not None]
     chunk = [r.e2e_chunk_ms for r in records if r.e2e_chunk_ms is not None]
     first_chunk = [(r.first_audio_chunk - r.word_k1_arrived) / 1e6 for r in records
@@ -190,6 +253,8 @@ async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: 
     out: dict = {"script": script.name, "first_token_ms": script.first_token_ms, "tokens_per_second": script.tokens_per_second}
     for mode in modes:
         out[mode] = summarize_records(by_mode[mode])
+    if "s5" in modes:
+        out["barge_in"] = await bench_barge_in(script, bundles["s5"], seed=seed, progress=progress)
     if "s5" in modes and "t5" in modes and out["s5"]["e2e_p50_ms"] and out["t5"]["e2e_p50_ms"]:
         out["ratio_e2e_s5_over_t5"] = round(out["s5"]["e2e_p50_ms"] / out["t5"]["e2e_p50_ms"], 3)
     return out

@@ -56,6 +56,8 @@ class ClockSink:
         self._audible_found = False
         self._play_after_ns = 0
 
+    output_latency_ns = 0  # a simulated player is silent the moment it is flushed
+
     def begin_turn(self) -> None:
         self.stats = PlaybackStats()
         self._clock = None
@@ -152,6 +154,10 @@ class WavSink(ClockSink):
         """What was played since the last save (less what a barge-in cut)."""
         return np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
 
+    def clear_recording(self) -> None:
+        """Forget what was recorded (a long replay that keeps no WAVs)."""
+        self._parts = []
+
     def save(self, path: Path | str | None = None) -> Path:
         target = Path(path) if path else self.path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -242,6 +248,11 @@ class DeviceSink:
         self.stats.underrun_ms += gap_ms
         self.stats.gaps[-1][1] = gap_ms
         self._dry_since = None
+
+    @property
+    def output_latency_ns(self) -> int:
+        """Audio already handed to the device plays this long after a flush."""
+        return round(float(getattr(self._stream, "latency", 0.0) or 0.0) * 1e9)
 
     def begin_turn(self) -> None:
         with self._lock:

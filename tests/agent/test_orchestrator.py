@@ -80,12 +80,16 @@ def test_barge_in_stops_speech_flushes_audio_and_the_next_turn_works(bundles):
             await asyncio.sleep(0.01)
         agent.interrupt()
         first = await turn
+        played_until = sink.stats.last_sample_ns
         second = await agent.run_turn("Stop")
-        return first, second
+        return first, played_until, second
 
-    first, second = asyncio.run(scenario())
+    first, played_until, second = asyncio.run(scenario())
     assert first.cancelled and first.spoken_words < len(normalize_text(long_reply))
+    assert first.interrupted_at is not None and first.silenced >= first.interrupted_at and first.barge_in_ms >= 0
+    assert played_until <= first.silenced  # nothing left to play after the silence stamp
     assert second.error is None and not second.cancelled and second.spoken_words == 1
+    assert second.barge_in_ms is None  # no interruption, no figure
 
 
 HOSTILE = [
@@ -137,3 +141,19 @@ def test_a_bug_in_one_turn_ends_that_turn_only(bundles, monkeypatch, caplog):
     assert failed.error.startswith("this turn failed: KeyError") and "\n" not in failed.error
     assert not failed.cancelled and "a normaliser bug" in caplog.text and "Traceback" in caplog.text
     assert next_turn.error is None and next_turn.spoken_words == len(normalize_text("Still here, all good."))
+
+
+def test_soak_summary_reports_memory_growth_and_latency_drift():
+    from agent.records import TurnRecord
+    from agent.session import ReplayResult, soak_summary
+
+    records = []
+    for i in range(40):
+        record = TurnRecord(i + 1, "s5", "replay", "q")
+        record.request_sent, record.first_audible_sample = 0, int((500 + (100 if i >= 30 else 0)) * 1e6)
+        records.append(record)
+    rss = [100.0 + (1.0 if i >= 3 else 0.0) for i in range(40)]  # warm-up growth is not counted
+    rss[-1] = 102.0
+    soak = soak_summary(ReplayResult("s", "s5", records, [], rss))
+    assert soak["warmup_turns"] == 5 and soak["rss_mb_after_warmup"] == 101.0 and soak["rss_growth_pct"] == pytest.approx(0.99)
+    assert soak["e2e_p50_ms_first_quarter"] == 500.0 and soak["e2e_p50_ms_last_quarter"] == 600.0 and soak["e2e_drift_ms"] == 100.0

@@ -32,6 +32,7 @@ class Sink(Protocol):
     """What the pipeline plays into: `audio_io.sinks.ClockSink`, `WavSink`, `DeviceSink`."""
     sample_rate: int
     stats: PlaybackStats
+    output_latency_ns: int  # how long the output still sounds after a flush
 
     def begin_turn(self) -> None: ...
     def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None: ...
