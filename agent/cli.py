@@ -104,7 +104,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
         script.tokens_per_second = args.tokens_per_second
     bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model)
     with progress_bar() as progress:
-        result = asyncio.run(bench_e2e(script, bundles, progress=progress))
+        result = asyncio.run(bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output))
     if args.json:
         print(json.dumps(result))
         return 0
@@ -236,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     e2e.add_argument("--tokens-per-second", type=float, default=None)
     e2e.add_argument("--s5-model", type=Path, default=None)
     e2e.add_argument("--t5-model", type=Path, default=None)
+    e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
+                     help="time barge-in on the simulated player (default) or through the sound card")
     e2e.set_defaults(func=_bench_e2e)
     return parser
 

@@ -192,16 +192,21 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 async def bench_barge_in(script: ReplayScript, bundle: TTSBundle, after_ms: float = 400.0, seed: int = 0,
-                         progress=None) -> dict:
+                         progress=None, output: str = "null") -> dict:
     """Every turn of the script in s5, played in real time and interrupted `after_ms` after its first audible
-    sample: how long from the interruption until the sink is silent."""
+    sample: how long from the interruption until the sink is silent. output "device" plays through the sound card
+    (its output latency counts); "null" is the simulated player."""
+    from audio_io.sinks import open_sink
+
     rate = bundle.codec.sample_rate
     figures = []
+    device = open_sink("device", rate) if output == "device" else None
     task = progress.add_task("bench barge-in", total=len(script.turns)) if progress else None
     for i, turn in enumerate(script.turns):
-        sink = ClockSink(rate, pace=True)
+        sink = device or ClockSink(rate, pace=True)
         single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
         agent = Agent(ReplayLLM(single), {"s5": bundle}, sink, AgentConfig(tts_mode="s5", synthesis=SynthesisConfig(seed=seed + i)))
+        sink.begin_turn()  # no stale stats from the previous turn while this one starts
         running = asyncio.create_task(agent.run_turn(turn.user))
         while not running.done() and (sink.stats.first_audible_ns is None
                                       or time.perf_counter_ns() < sink.stats.first_audible_ns + after_ms * 1e6):
@@ -212,7 +217,9 @@ async def bench_barge_in(script: ReplayScript, bundle: TTSBundle, after_ms: floa
             figures.append(record.barge_in_ms)
         if progress:
             progress.advance(task)
-    return {"after_first_audible_ms": after_ms, "ms_p50": pct(figures, 50), "ms_p95": pct(figures, 95),
+    if device is not None:
+        device.close()
+    return {"output": output, "after_first_audible_ms": after_ms, "ms_p50": pct(figures, 50), "ms_p95": pct(figures, 95),
             "ms_max": max(figures) if figures else None, "turns": len(figures)}
 
 
@@ -237,7 +244,7 @@ def summarize_records(records: list[TurnRecord]) -> dict:
 
 
 async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: tuple[str, ...] = MODES,
-                    seed: int = 0, progress=None) -> dict:
+                    seed: int = 0, progress=None, barge_in_output: str = "null") -> dict:
     """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike."""
     by_mode: dict[str, list[TurnRecord]] = {m: [] for m in modes}
     task = progress.add_task("bench e2e", total=len(script.turns) * len(modes)) if progress else None
@@ -254,7 +261,7 @@ async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: 
     for mode in modes:
         out[mode] = summarize_records(by_mode[mode])
     if "s5" in modes:
-        out["barge_in"] = await bench_barge_in(script, bundles["s5"], seed=seed, progress=progress)
+        out["barge_in"] = await bench_barge_in(script, bundles["s5"], seed=seed, progress=progress, output=barge_in_output)
     if "s5" in modes and "t5" in modes and out["s5"]["e2e_p50_ms"] and out["t5"]["e2e_p50_ms"]:
         out["ratio_e2e_s5_over_t5"] = round(out["s5"]["e2e_p50_ms"] / out["t5"]["e2e_p50_ms"], 3)
     return out
