@@ -37,3 +37,6 @@ fi
 extras="test"
 [ "${1:-}" = "--with-nemo" ] && extras="test,nemo"
 .venv/bin/python -m pip install --quiet -e ".[$extras]"
+# the Silero VAD model for spoken input (`s5 chat --voice`); it runs on onnxruntime, so its torch/torchaudio
+# requirements (which would replace the pinned CPU torch) are skipped
+.venv/bin/python -m pip install --quiet --no-deps "silero-vad==6.2.3"

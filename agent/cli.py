@@ -48,9 +48,24 @@ def _chat(args: argparse.Namespace) -> int:
         llm = await pick_llm(args.llm or settings.llm.backend, args.ollama_model or settings.llm.ollama_model,
                              args.ollama_host or settings.llm.host, say=lambda m: err.print(f"[green]{m}[/]"),
                              keep_alive=settings.llm.keep_alive)
+        listener = microphone = None
+        if args.voice or settings.audio.voice:
+            from agent.listen import Listener
+            from audio_io.capture import Microphone
+            from audio_io.sinks import AudioDeviceError
+            from audio_io.vad import VadConfig
+
+            try:
+                microphone = Microphone(settings.audio.input_device)
+                listener = Listener(microphone, VadConfig(end_silence_ms=settings.audio.end_silence_ms))
+                err.print("[green]listening: speak, or type[/]")
+            except AudioDeviceError as error:  # no microphone: one line, and typing still works
+                notice(f"{error}; type instead")
         try:
-            return await chat(llm, bundles, sink, config, console, out_dir)
+            return await chat(llm, bundles, sink, config, console, out_dir, listener)
         finally:
+            if microphone is not None:
+                microphone.close()
             await llm.close()
 
     try:
@@ -192,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--ollama-model", default=None)
     chat.add_argument("--ollama-host", default=None)
     chat.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
+    chat.add_argument("--voice", action="store_true", help="also listen to the microphone (VAD + Whisper); typing still works")
     chat.set_defaults(func=_chat)
 
     rep = commands.add_parser("replay", help="run a YAML conversation script: one WAV per turn and latency records")

@@ -54,6 +54,9 @@ class TTSSettings:
 class AudioSettings:
     output: str = "auto"  # auto | device | wav | null (auto falls back to WAV without a sound card)
     device: str | int | None = None
+    voice: bool = False  # listen to the microphone too (Silero VAD + Whisper tiny.en); typing still works
+    input_device: str | int | None = None
+    end_silence_ms: float = 600.0  # a pause this long ends what the user says
 
 
 @dataclass

@@ -27,6 +27,7 @@ from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
 from .config import HISTORY_TURNS, SYSTEM_PROMPT, AgentSettings
+from .listen import HeardLine
 from .logs import LOGGER, where_logged
 from .records import TurnRecord, append_jsonl
 from .segmenter import WordSegmenter
@@ -75,12 +76,16 @@ class Agent:
         self._interrupt_ns = time.perf_counter_ns()
         self._interrupted.set()
 
-    async def run_turn(self, user: str, tts_mode: str | None = None) -> TurnRecord:
+    async def run_turn(self, user: str, tts_mode: str | None = None, heard: HeardLine | None = None) -> TurnRecord:
+        """heard: the user spoke this turn (its speech and transcript stamps go into the record)."""
         mode = tts_mode or self.config.tts_mode
         self.turns += 1
         self._interrupted.clear()
         self._interrupt_ns = None
         record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
+        if heard is not None:
+            record.user_speech_start, record.user_speech_end = heard.speech_start_ns, heard.speech_end_ns
+            record.transcript_ready = heard.transcript_ready_ns
         synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every,
                                      max_stretch=self.config.max_stretch)
         speech = Speech(synth, self.sink)

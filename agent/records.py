@@ -29,6 +29,9 @@ class TurnRecord:
     first_audible_sample: int | None = None
     last_token: int | None = None
     last_audio: int | None = None
+    user_speech_start: int | None = None  # spoken input: the VAD's start and end of the user's speech
+    user_speech_end: int | None = None
+    transcript_ready: int | None = None  # ... and when Whisper's transcript was ready
     interrupted_at: int | None = None  # barge-in: the interrupting line (or Ctrl-C) arrived
     silenced: int | None = None  # ... and the sink's output went quiet (its device latency included)
     underruns: int = 0
@@ -61,6 +64,13 @@ class TurnRecord:
         return round((self.first_audible_sample - self.word_k1_arrived) / 1e6, 1)
 
     @property
+    def voice_to_voice_ms(self) -> float | None:
+        """Spoken input: from the end of the user's speech to the first audible sample of the answer."""
+        if self.user_speech_end is None or self.first_audible_sample is None:
+            return None
+        return round((self.first_audible_sample - self.user_speech_end) / 1e6, 1)
+
+    @property
     def barge_in_ms(self) -> float | None:
         """From the interruption to silence at the sink."""
         if self.interrupted_at is None or self.silenced is None:
@@ -76,6 +86,7 @@ class TurnRecord:
         data = asdict(self)
         data["e2e_ms"], data["e2e_chunk_ms"] = self.e2e_ms, self.e2e_chunk_ms
         data["e2e_minus_floor_ms"], data["barge_in_ms"] = self.e2e_minus_floor_ms, self.barge_in_ms
+        data["voice_to_voice_ms"] = self.voice_to_voice_ms
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
         return data
 
@@ -83,7 +94,8 @@ class TurnRecord:
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value:.0f} ms"
 
-        parts = [f"turn {self.turn}", self.tts_mode, f"E2E {ms(self.e2e_ms)}", f"first chunk {ms(self.e2e_chunk_ms)}",
+        voice = [f"voice-to-voice {ms(self.voice_to_voice_ms)}"] if self.user_speech_end is not None else []
+        parts = [f"turn {self.turn}", self.tts_mode, *voice, f"E2E {ms(self.e2e_ms)}", f"first chunk {ms(self.e2e_chunk_ms)}",
                  f"first token {ms(self.ms_after_request('first_token'))}", f"{self.spoken_words} words",
                  f"{self.audio_s:.1f} s audio", f"rtf {self.rtf:.2f}" if self.rtf is not None else "rtf -",
                  f"underruns {self.underruns}"]

@@ -16,6 +16,7 @@ from llm.replay import ReplayLLM, ReplayScript
 from tts.inference.streaming import MODES, load_bundle
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
+from .listen import HeardLine, Listener
 from .orchestrator import Agent, AgentConfig
 from .records import TurnRecord
 
@@ -64,10 +65,11 @@ async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, ke
 
 # ---- chat ----------------------------------------------------------------------------------------------------
 async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: AgentConfig, console: Console,
-               out_dir: Path | None) -> int:
-    """Type a line, hear the answer. A line typed while the agent speaks interrupts it (barge-in; piped input
-    waits its turn instead); Ctrl-C interrupts the answer, or quits at the prompt; end of input quits after the
-    last answer."""
+               out_dir: Path | None, listener: Listener | None = None) -> int:
+    """Type a line (or, with a listener, say it), hear the answer. A line typed while the agent speaks interrupts
+    it (barge-in; piped input waits its turn instead); Ctrl-C interrupts the answer, or quits at the prompt; end of
+    input quits after the last answer. Spoken input is half-duplex: while the agent speaks, the microphone (which
+    hears the loudspeaker) is not listened to."""
     agent = Agent(llm, bundles, sink, config, on_piece=lambda text: console.print(text, end="", style="cyan", markup=False, highlight=False))
     lines: asyncio.Queue = asyncio.Queue()
     loop = asyncio.get_running_loop()
@@ -75,10 +77,24 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
     def read_lines() -> None:
         for line in sys.stdin:
             loop.call_soon_threadsafe(lines.put_nowait, line.rstrip("\n"))
-        loop.call_soon_threadsafe(lines.put_nowait, None)
+        if listener is None:  # end of typed input quits; while listening, Ctrl-C does
+            loop.call_soon_threadsafe(lines.put_nowait, None)
 
     loop.run_in_executor(None, read_lines)
     speaking = False
+
+    async def hear() -> None:
+        async for heard in listener.lines():
+            if speaking:
+                continue  # half-duplex: what the microphone hears now is mostly the agent itself
+            if heard.cut:
+                console.print("[yellow](you spoke past the length limit: cut there)[/]")
+            if not heard.text:
+                console.print("[dim](heard speech, but no words in it: nothing sent)[/]")
+                continue
+            lines.put_nowait(heard)
+
+    hearing = asyncio.create_task(hear()) if listener is not None else None
     interactive = sys.stdin.isatty()
 
     def on_ctrl_c() -> None:  # interrupt the answer; at the prompt, quit
@@ -97,15 +113,17 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
     console.print("[bold]s5 chat[/] - type a message and press Enter (a new message interrupts; Ctrl-D quits)")
     next_line: str | None = await lines.get()
     while next_line is not None:
-        user = next_line.strip()
+        heard = next_line if isinstance(next_line, HeardLine) else None
+        user = heard.text if heard else next_line.strip()
         next_line = ""
         if not user:
             next_line = await lines.get()
             continue
-        console.print(f"[bold]you:[/] {user}")
+        console.print(f"[bold]you{' (spoken)' if heard else ''}:[/] ", end="")
+        console.print(user, markup=False, highlight=False)
         console.print("[bold]agent:[/] ", end="")
         speaking = True
-        turn = asyncio.create_task(agent.run_turn(user))
+        turn = asyncio.create_task(agent.run_turn(user, heard=heard))
         reader = asyncio.create_task(lines.get())
         done, _ = await asyncio.wait({turn, reader}, return_when=asyncio.FIRST_COMPLETED)
         if reader in done and not turn.done() and reader.result() is not None and interactive:
@@ -120,6 +138,8 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
         if out_dir is not None and isinstance(sink, WavSink):
             sink.save(out_dir / f"turn_{record.turn:03d}.wav")
         next_line = await reader  # the line that interrupted, or the next one typed
+    if hearing is not None:
+        hearing.cancel()
     return 0
 
 

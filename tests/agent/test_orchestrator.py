@@ -157,3 +157,18 @@ def test_soak_summary_reports_memory_growth_and_latency_drift():
     soak = soak_summary(ReplayResult("s", "s5", records, [], rss))
     assert soak["warmup_turns"] == 5 and soak["rss_mb_after_warmup"] == 101.0 and soak["rss_growth_pct"] == pytest.approx(0.99)
     assert soak["e2e_p50_ms_first_quarter"] == 500.0 and soak["e2e_p50_ms_last_quarter"] == 600.0 and soak["e2e_drift_ms"] == 100.0
+
+
+def test_a_spoken_turn_records_voice_to_voice_latency(bundles):
+    import time
+
+    from agent.listen import HeardLine
+
+    agent, _ = make_agent(bundles, [("What time is it?", "It is half past three.")])
+    now = time.perf_counter_ns()
+    heard = HeardLine("What time is it?", now - int(1.5e9), now - int(0.6e9), now)
+    record = asyncio.run(agent.run_turn(heard.text, heard=heard))
+    assert record.user_speech_end == heard.speech_end_ns and record.transcript_ready == now
+    assert record.voice_to_voice_ms == pytest.approx((record.first_audible_sample - heard.speech_end_ns) / 1e6, abs=0.1)
+    assert record.voice_to_voice_ms > 600 and "voice-to-voice" in record.summary_line()
+    assert record.to_json()["voice_to_voice_ms"] == record.voice_to_voice_ms
