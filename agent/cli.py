@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tts.cli import STRETCH_HELP, err, notice, progress_bar
+from tts.cli import STRETCH_HELP, err, notice, print_result, progress_bar
 from tts.errors import UserError
 from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
@@ -56,6 +56,7 @@ def _chat(args: argparse.Namespace) -> int:
             from audio_io.vad import VadConfig
 
             try:
+                await Listener.warm_up()
                 microphone = Microphone(settings.audio.input_device)
                 listener = Listener(microphone, VadConfig(end_silence_ms=settings.audio.end_silence_ms))
                 err.print("[green]listening: speak, or type[/]")
@@ -103,6 +104,23 @@ def _replay(args: argparse.Namespace) -> int:
         if soak:
             Console(soft_wrap=True).print(f"soak: {json.dumps(soak)}", markup=False, highlight=False)
         err.print(f"{len(result.wavs)} WAVs and latency.jsonl in {out_dir}")
+    return 0
+
+
+def _bench_voice(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.session import DEFAULT_BENCH_SCRIPT, load_bundles
+    from agent.voice_bench import bench_voice
+    from llm.replay import ReplayScript
+
+    script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
+    if args.limit:
+        script.turns = script.turns[: args.limit]
+    bundles = load_bundles(["s5", "t5", "sentence"])
+    with progress_bar() as progress:
+        result = asyncio.run(bench_voice(script, bundles, progress=progress))
+    print_result(result, args.json, "voice to voice")
     return 0
 
 
@@ -255,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
                      help="time barge-in on the simulated player (default) or through the sound card")
     e2e.set_defaults(func=_bench_e2e)
+    voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
+    voice.add_argument("--json", action="store_true")
+    voice.add_argument("--script", type=Path, default=None, help="replay YAML whose user lines are spoken (default: examples/bench_e2e.yaml)")
+    voice.add_argument("--limit", type=int, default=None, help="questions used")
+    voice.set_defaults(func=_bench_voice)
     return parser
 
 

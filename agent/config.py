@@ -91,6 +91,8 @@ def _accepts(annotation, value) -> bool:
             return True
         if option in (int, str) and isinstance(value, option) and not isinstance(value, bool):
             return True
+        if option is bool and isinstance(value, bool):
+            return True
     return False
 
 

@@ -30,6 +30,13 @@ class Listener:
         self.segmenter = SpeechSegmenter(config)
         self.speech_started = asyncio.Event()  # set while the user is speaking (for barge-in)
 
+    @staticmethod
+    async def warm_up() -> None:
+        """Load Whisper and run it once (about 1.5 s), so the first question is not the one that pays for it."""
+        import numpy as np
+
+        await asyncio.to_thread(transcribe, np.zeros(VAD_RATE // 2, np.float32), VAD_RATE)
+
     async def lines(self) -> AsyncIterator[HeardLine]:
         t0: int | None = None  # capture time of stream sample 0
         rate = self.microphone.rate

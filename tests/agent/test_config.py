@@ -24,6 +24,8 @@ def test_shipped_config_loads_and_matches_the_defaults():
     ("tts:\n  top_k: many\n", "tts.top_k"),
     ("tts:\n  mode: s6\n", "tts.mode"),
     ("audio: loud\n", "audio"),
+    ("audio:\n  voice: sometimes\n", "audio.voice"),
+    ("history_turns: true\n", "history_turns"),  # a bool is not an int
 ])
 def test_bad_keys_are_named(tmp_path, text, named):
     path = tmp_path / "agent.yaml"
