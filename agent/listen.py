@@ -1,7 +1,9 @@
 """Hearing the user: microphone blocks -> Silero VAD utterances -> Whisper transcript, as `HeardLine`s.
 
-The VAD runs on the event loop (about 8 ms of CPU per second of audio); each finished utterance is transcribed in
-a worker thread, so capture never waits for the ASR.
+The VAD runs on the event loop (about 8 ms of CPU per second of audio); utterances are transcribed in a worker
+thread, so capture never waits for the ASR. Whisper starts on a guess, as soon as a short pause begins; when the
+pause turns out to be the end (the VAD's `end_silence_ms`), that transcript is used and the wait for the end has
+hidden the ASR's time. Speech that resumes discards the guess.
 """
 from __future__ import annotations
 
@@ -41,13 +43,20 @@ class Listener:
         t0: int | None = None  # capture time of stream sample 0
         rate = self.microphone.rate
         pending: list[asyncio.Task] = []
+        guesses: dict[tuple[int, int], asyncio.Task] = {}  # (start, end) sample -> its transcript in the making
         async for block, captured in self.microphone.blocks():
             if rate != VAD_RATE:
                 block = resample(block, rate, VAD_RATE)
             if t0 is None:
                 t0 = captured
-            for utterance in self.segmenter.push(block):
-                pending.append(asyncio.create_task(self._transcribe(utterance, t0)))
+            finished = self.segmenter.push(block)
+            guess = self.segmenter.guess()
+            if guess is not None:
+                guesses = {(guess.start_sample, guess.end_sample): asyncio.create_task(asyncio.to_thread(
+                    transcribe, guess.audio, VAD_RATE))}  # an older guess is stale: speech resumed since
+            for utterance in finished:
+                text = guesses.pop((utterance.start_sample, utterance.end_sample), None)
+                pending.append(asyncio.create_task(self._transcribe(utterance, t0, text)))
             if self.segmenter.in_speech:
                 self.speech_started.set()
             else:
@@ -60,8 +69,8 @@ class Listener:
             yield await task
 
     @staticmethod
-    async def _transcribe(utterance, t0: int) -> HeardLine:
-        text = await asyncio.to_thread(transcribe, utterance.audio, VAD_RATE)
+    async def _transcribe(utterance, t0: int, guessed: asyncio.Task | None = None) -> HeardLine:
+        text = await guessed if guessed is not None else await asyncio.to_thread(transcribe, utterance.audio, VAD_RATE)
         at = lambda sample: t0 + round(sample / VAD_RATE * 1e9)  # noqa: E731
         return HeardLine(text.strip(), at(utterance.start_sample), at(utterance.end_sample), time.perf_counter_ns(),
                          utterance.cut)

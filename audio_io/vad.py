@@ -27,6 +27,8 @@ class VadConfig:
     start_threshold: float = 0.5
     end_threshold: float = 0.35
     end_silence_ms: float = 600.0  # a pause this long ends the utterance (a breath inside a sentence is shorter)
+    guess_silence_ms: float = 160.0  # after this much pause the utterance so far is offered as a guess (`guess()`),
+    # so the ASR can run while the end is being confirmed
     pre_roll_ms: float = 200.0
     min_speech_ms: float = 250.0
     max_speech_s: float = 20.0
@@ -81,6 +83,8 @@ class SpeechSegmenter:
         self.start = 0
         self.last_voiced = 0
         self.silent_blocks = 0
+        self.guessed = False  # the open utterance has been offered as a guess since its last voiced block
+        self._guess: Utterance | None = None
 
     @property
     def in_speech(self) -> bool:
@@ -95,6 +99,12 @@ class SpeechSegmenter:
             if utterance is not None:
                 done.append(utterance)
         return done
+
+    def guess(self) -> Utterance | None:
+        """The open utterance as it would end if the pause now going on is its end (once per pause), else None.
+        If it does end there, the final `Utterance` has the same start and end."""
+        guess, self._guess = self._guess, None
+        return guess
 
     def flush(self) -> list[Utterance]:
         """The stream ended: an open utterance ends here."""
@@ -113,9 +123,12 @@ class SpeechSegmenter:
             return None
         self.speech.append(block)
         if p >= c.end_threshold:
-            self.last_voiced, self.silent_blocks = at + BLOCK, 0
+            self.last_voiced, self.silent_blocks, self.guessed = at + BLOCK, 0, False
         else:
             self.silent_blocks += 1
+            if not self.guessed and self.silent_blocks * BLOCK >= c.guess_silence_ms / 1000 * VAD_RATE:
+                self.guessed = True
+                self._guess = self._utterance(list(self.speech), self.last_voiced, cut=False)
         if self.silent_blocks * BLOCK >= c.end_silence_ms / 1000 * VAD_RATE:
             return self._close(cut=False)
         if self.samples - self.start >= c.max_speech_s * VAD_RATE:
@@ -123,10 +136,12 @@ class SpeechSegmenter:
         return None
 
     def _close(self, cut: bool) -> Utterance | None:
-        blocks, self.speech = self.speech, None
-        end = self.samples if cut else self.last_voiced
+        blocks, self.speech, self._guess = self.speech, None, None
+        return self._utterance(blocks, self.samples if cut else self.last_voiced, cut)
+
+    def _utterance(self, blocks: list[np.ndarray], end: int, cut: bool) -> Utterance | None:
         if end - self.start < self.config.min_speech_ms / 1000 * VAD_RATE:
             return None  # too short to be a question
         audio = np.concatenate(blocks)
-        keep = len(audio) - (self.samples - end)  # drop the trailing silence that closed it
+        keep = len(audio) - (self.samples - end)  # drop the trailing silence
         return Utterance(audio[:keep], self.start, end, cut)

@@ -60,3 +60,20 @@ def test_the_listener_hears_the_question_in_words(question):
     assert {"weather", "paris", "tomorrow"} <= set(words)
     assert heard.speech_start_ns < heard.speech_end_ns <= heard.transcript_ready_ns
     assert abs((heard.speech_end_ns - heard.speech_start_ns) / 1e9 - len(question) / VAD_RATE) < 0.4
+
+
+def test_a_guess_is_offered_early_in_the_pause_and_equals_the_final_utterance(question):
+    segmenter = SpeechSegmenter()
+    stream = np.concatenate([np.zeros(VAD_RATE // 2, np.float32), question, np.zeros(VAD_RATE, np.float32)])
+    guesses, finals, guessed_at = [], [], None
+    for i in range(0, len(stream), 512):
+        finals += segmenter.push(stream[i : i + 512])
+        guess = segmenter.guess()
+        if guess is not None:
+            guesses.append(guess)
+            guessed_at = segmenter.samples  # the stream position of the latest guess
+    (final,) = finals
+    last = guesses[-1]  # earlier guesses came at pauses inside the question
+    assert (last.start_sample, last.end_sample) == (final.start_sample, final.end_sample)
+    assert np.array_equal(last.audio, final.audio)
+    assert 0 < guessed_at - final.end_sample < 0.3 * VAD_RATE  # well before the 600 ms that confirm the end
