@@ -107,3 +107,57 @@ def test_a_turn_played_through_pulseaudio_is_what_was_sent(pulse, tiny_bundle, t
     assert correlation > 0.9
     assert 0.8 < np.linalg.norm(segment) / np.linalg.norm(sent) < 1.25  # same loudness
     assert record.first_audible_sample is not None and record.underruns == 0
+
+
+def test_a_spoken_question_is_heard_and_answered_through_pulseaudio(pulse, tmp_path):
+    """The virtual microphone (the null sink's monitor as the default source) hears a question played into the
+    sink; the real capture path (sounddevice, VAD, Whisper) transcribes it; the shipped S5 answers through the
+    sound card, and the recorded answer, transcribed, holds the reply's words."""
+    from agent.listen import Listener
+    from audio_io.asr import transcribe
+    from audio_io.capture import Microphone
+    from audio_io.sinks import DeviceSink
+    from audio_io.wav import write_wav
+    from tts.data.voices import SAMPLE_RATE, VOICES
+    from tts.inference.streaming import load_bundle
+
+    subprocess.run(["pactl", "set-default-source", f"{SINK}.monitor"], check=True, capture_output=True)
+    question = tmp_path / "question.wav"
+    write_wav(question, VOICES["flite_kal"].synthesize("What is the capital of France?").audio, SAMPLE_RATE)
+    reply = "Paris is the capital of France."
+    script = ReplayScript.from_dict({"llm": {"first_token_ms": 10, "tokens_per_second": 50},
+                                     "turns": [{"user": "question", "assistant": reply}]})
+    bundle = load_bundle("s5")
+    answer = tmp_path / "answer.wav"
+
+    async def scenario():
+        await Listener.warm_up()
+        microphone = Microphone()
+        player = subprocess.Popen(["paplay", "-d", SINK, str(question)])
+        heard = None
+        try:
+            async for heard in Listener(microphone).lines():
+                break
+        finally:
+            microphone.close()
+            player.wait(timeout=10)
+        recorder = subprocess.Popen(["parecord", "-d", f"{SINK}.monitor", "--rate=44100", "--channels=2",
+                                     "--format=s16le", "--file-format=wav", str(answer)])
+        await asyncio.sleep(0.3)
+        sink = DeviceSink(bundle.codec.sample_rate)
+        agent = Agent(ReplayLLM(script), {"s5": bundle}, sink, AgentConfig(synthesis=SynthesisConfig(seed=0)))
+        record = await agent.run_turn(heard.text, heard=heard)
+        await asyncio.sleep(0.5)
+        sink.close()
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(timeout=10)
+        return heard, record
+
+    heard, record = asyncio.run(scenario())
+    assert {"capital", "france"} <= set(heard.text.lower().replace("?", "").split())
+    assert record.error is None and record.voice_to_voice_ms is not None and record.underruns == 0
+    with wave.open(str(answer)) as f:
+        raw = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+    audio = raw[: len(raw) // 2 * 2].reshape(-1, 2).mean(axis=1).astype(np.float32) / 32768
+    words = set(transcribe(audio, 44100).lower().replace(".", " ").replace(",", " ").split())
+    assert len({"paris", "capital", "france"} & words) >= 2, words
