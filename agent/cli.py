@@ -107,6 +107,21 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from agent.server import ServeConfig, create_app
+    from agent.session import load_bundles
+
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
+        notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
+    bundles = load_bundles(["s5", "t5"])
+    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token))
+    err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
+    web.run_app(app, host=args.host, port=args.port, print=None)
+    return 0
+
+
 def _bench_voice(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -237,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "memory growth after warm-up are reported)")
     rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
     rep.set_defaults(func=_replay)
+
+    serve = commands.add_parser("serve", help="streaming speech server: GET /health, POST /v1/audio/speech (OpenAI-style)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
+    serve.add_argument("--max-sessions", type=int, default=4, help="requests spoken at once; more get a 503")
+    serve.set_defaults(func=_serve)
 
     data = commands.add_parser("data", help="offline speech data")
     data_kinds = data.add_subparsers(dest="kind_", required=True)

@@ -1,0 +1,107 @@
+"""`s5 serve` on a real loopback port (aiohttp's test server and client): health, streamed speech, errors, limits."""
+import asyncio
+import io
+import wave
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from agent.server import SESSIONS, ServeConfig, create_app
+
+
+@pytest.fixture(scope="module")
+def bundles(tiny_bundle):
+    return {"s5": tiny_bundle(2), "t5": tiny_bundle(None)}
+
+
+def call(bundles, requests, config: ServeConfig | None = None, hold_sessions: bool = False):
+    """Start a server, run `requests(client)`, stop it."""
+
+    async def run():
+        app = create_app(bundles, config)
+        async with TestClient(TestServer(app)) as client:
+            if hold_sessions:  # every session busy, as if other clients were being answered
+                for _ in range(config.max_sessions):
+                    await app[SESSIONS].acquire()
+            return await requests(client)
+
+    return asyncio.run(run())
+
+
+def test_health_and_a_streamed_wav(bundles):
+    async def requests(client):
+        health = await (await client.get("/health")).json()
+        response = await client.post("/v1/audio/speech", json={"model": "s5", "input": "Hello there, how are you?"})
+        return health, response.status, response.headers, await response.read()
+
+    health, status, headers, body = call(bundles, requests)
+    assert health["status"] == "ok" and health["models"] == ["s5", "t5"] and "default" in health["voices"]
+    assert status == 200 and headers["Content-Type"] == "audio/wav"
+    rate = int(headers["X-Sample-Rate"])
+    samples = np.frombuffer(body[44:], dtype="<i2")
+    assert body[:4] == b"RIFF" and body[8:12] == b"WAVE" and len(samples) > rate // 10 and np.abs(samples).max() > 0
+    with wave.open(io.BytesIO(body[:44])) as f:  # a header any WAV reader accepts
+        assert (f.getframerate(), f.getnchannels(), f.getsampwidth()) == (rate, 1, 2)
+
+
+def test_pcm_and_t5(bundles):
+    async def requests(client):
+        response = await client.post("/v1/audio/speech", json={"model": "t5", "input": "Good morning.", "response_format": "pcm"})
+        return response.status, response.headers["Content-Type"], await response.read()
+
+    status, kind, body = call(bundles, requests)
+    assert status == 200 and kind == "audio/pcm" and len(body) > 0 and len(body) % 2 == 0
+
+
+@pytest.mark.parametrize("payload,status,says", [
+    ({"model": "s7", "input": "hi"}, 400, "s5, t5"),
+    ({"model": "s5", "input": "hi", "voice": "alloy"}, 400, "valid: default"),
+    ({"model": "s5", "input": "hi", "response_format": "mp3"}, 400, "wav, pcm"),
+    ({"model": "s5", "input": "   "}, 400, "empty"),
+    ({"model": "s5", "input": "😀😀"}, 400, "nothing speakable"),
+    ({"model": "s5", "input": "word " * 2000}, 400, "at most 4096"),
+    ({"model": "s5", "input": "hi", "speed": 2}, 400, "speed"),
+])
+def test_bad_requests_get_a_400_that_says_why(bundles, payload, status, says):
+    async def requests(client):
+        response = await client.post("/v1/audio/speech", json=payload)
+        return response.status, await response.json()
+
+    got, body = call(bundles, requests)
+    assert got == status and says in body["error"]["message"]
+
+
+def test_busy_is_a_503_at_once_and_a_token_is_enforced(bundles):
+    async def busy(client):
+        response = await client.post("/v1/audio/speech", json={"input": "hi there"})
+        return response.status, await response.json()
+
+    status, body = call(bundles, busy, ServeConfig(max_sessions=1), hold_sessions=True)
+    assert status == 503 and "busy" in body["error"]["message"]
+
+    async def guarded(client):
+        anonymous = await client.post("/v1/audio/speech", json={"input": "hi there"})
+        health = await client.get("/health")  # the load balancer's check needs no token
+        allowed = await client.post("/v1/audio/speech", json={"input": "hi there"}, headers={"Authorization": "Bearer s3cret"})
+        await allowed.read()
+        return anonymous.status, health.status, allowed.status
+
+    assert call(bundles, guarded, ServeConfig(token="s3cret")) == (401, 200, 200)
+
+
+def test_two_requests_at_once_get_their_own_audio(bundles):
+    """Concurrent sessions do not mix: each stream equals the same request made alone."""
+    texts = ["Hello there, this is the first voice.", "And a second, different sentence follows here."]
+
+    async def one(client, text):
+        response = await client.post("/v1/audio/speech", json={"input": text, "response_format": "pcm"})
+        return await response.read()
+
+    async def alone(client):
+        return [await one(client, t) for t in texts]
+
+    async def together(client):
+        return list(await asyncio.gather(*(one(client, t) for t in texts)))
+
+    assert call(bundles, together) == call(bundles, alone)
