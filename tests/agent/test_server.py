@@ -105,3 +105,12 @@ def test_two_requests_at_once_get_their_own_audio(bundles):
         return list(await asyncio.gather(*(one(client, t) for t in texts)))
 
     assert call(bundles, together) == call(bundles, alone)
+
+
+def test_bench_serve_reports_each_session_count(bundles):
+    from agent.serve_bench import bench_serve
+
+    result = asyncio.run(bench_serve(bundles, ["Hello there.", "How are you today?"], [1, 2]))
+    assert [r["sessions"] for r in result["runs"]] == [1, 2]
+    for run in result["runs"]:
+        assert run["errors"] == 0 and run["first_audible_ms_p50"] is not None and run["rtf"] > 0
