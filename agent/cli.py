@@ -112,6 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from agent.server import ServeConfig, create_app
     from agent.session import load_bundles
+    from llm.ollama_backend import DEFAULT_HOST
 
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
@@ -119,7 +120,16 @@ def _serve(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     bundles = load_bundles(["s5", "t5"])
-    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token))
+    llm_factory = None
+    if args.llm == "embedded":
+        from llm.embedded import EmbeddedLLM
+
+        llm_factory = EmbeddedLLM  # each conversation its own (the model is not safe to share between sessions)
+    elif args.llm == "ollama":
+        from llm.ollama_backend import OllamaLLM
+
+        llm_factory = lambda: OllamaLLM(args.ollama_model, args.ollama_host or DEFAULT_HOST)  # noqa: E731
+    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token), llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
     web.run_app(app, host=args.host, port=args.port, print=None)
     return 0
@@ -285,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
     serve.add_argument("--max-sessions", type=int, default=4, help="requests spoken at once; more get a 503")
+    serve.add_argument("--llm", choices=["embedded", "ollama", "none"], default="embedded",
+                       help="the LLM of /ws conversations (none: speech endpoint only)")
+    serve.add_argument("--ollama-model", default="llama3.3:70b")
+    serve.add_argument("--ollama-host", default=None)
     serve.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1: concurrent sessions then share the cores instead of oversubscribing them; measured with 2 sessions on 2 cores: 0 underruns at 1 thread, 2 at 2)")
     serve.set_defaults(func=_serve)
 

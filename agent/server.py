@@ -1,6 +1,11 @@
 """`s5 serve`: S5-TTS as a streaming speech server (aiohttp).
 
     GET  /health             {"status": "ok", "models": [...], "voices": [...], "sessions": n, "max_sessions": m}
+    GET  /ws                 a conversation: one agent per connection. Client -> server JSON: {"type": "user",
+                             "text": ...}, {"type": "settings", "mode": "s5"|"t5"|"sentence"}, {"type": "interrupt"}.
+                             Server -> client: binary s16le PCM at the codec's rate as it plays, and JSON events
+                             {"type": "ready", "sample_rate"}, {"type": "text", "text"} (the LLM's pieces),
+                             {"type": "record", "record": {...}} (the turn's latency record), {"type": "error", "message"}
     POST /v1/audio/speech    OpenAI-style: {"model": "s5"|"t5", "input": text, "voice": "default",
                              "response_format": "wav"|"pcm", "speed": 1.0}; the audio streams as it is synthesised
                              (wav: 16-bit mono with an open-ended header; pcm: raw s16le; X-Sample-Rate says the rate)
@@ -21,8 +26,10 @@ from aiohttp import web
 from audio_io.sinks import ClockSink
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import Speech
-from tts.inference.streaming import StreamingSynthesizer
+from tts.inference.streaming import MODES, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
+
+from .orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
 FORMATS = ("wav", "pcm")
@@ -66,8 +73,21 @@ def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
 
 
-def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None) -> web.Application:
-    """bundles: model name ("s5", "t5") -> its loaded voice."""
+class SocketSink(ClockSink):
+    """A conversation's player: what it plays goes to the client as binary PCM frames, on the player clock."""
+
+    def __init__(self, sample_rate: int, ws: web.WebSocketResponse):
+        super().__init__(sample_rate, pace=True)
+        self.ws = ws
+
+    def _record(self, samples: np.ndarray) -> None:
+        if not self.ws.closed:
+            asyncio.ensure_future(self.ws.send_bytes(pcm16(samples)))
+
+
+def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None, llm_factory=None) -> web.Application:
+    """bundles: model name ("s5", "t5") -> its loaded voice; llm_factory: () -> a new LLM backend per
+    conversation (needed for /ws)."""
     config = config or ServeConfig()
     sessions = asyncio.Semaphore(config.max_sessions) if config.max_sessions > 0 else None
     app = web.Application(client_max_size=64 * 1024, middlewares=[_auth(config.token)] if config.token else [])
@@ -112,7 +132,23 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None)
             finally:
                 active["n"] -= 1
 
+    async def conversation(request: web.Request) -> web.WebSocketResponse:
+        if llm_factory is None:
+            return error(404, "this server has no LLM: conversations are off")
+        if sessions is None or sessions.locked():
+            return error(503, f"busy: {config.max_sessions} sessions at once; try again shortly")
+        ws = web.WebSocketResponse(max_msg_size=64 * 1024, heartbeat=30)
+        await ws.prepare(request)
+        async with sessions:
+            active["n"] += 1
+            try:
+                await _converse(ws, bundles, llm_factory, config)
+            finally:
+                active["n"] -= 1
+        return ws
+
     app.router.add_get("/health", health)
+    app.router.add_get("/ws", conversation)
     app.router.add_post("/v1/audio/speech", speech)
     return app
 
@@ -139,10 +175,60 @@ async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: li
     return response
 
 
+async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], llm_factory, config: ServeConfig) -> None:
+    """One conversation: turns run one at a time; a new user line or an interrupt stops the one speaking."""
+    tts = {"s5": bundles["s5"], "t5": bundles.get("t5", bundles["s5"]), "sentence": bundles.get("t5", bundles["s5"])}
+    rate = bundles["s5"].codec.sample_rate
+    llm = llm_factory()
+    agent = Agent(llm, tts, SocketSink(rate, ws), AgentConfig(synthesis=SynthesisConfig(seed=0)),
+                  on_piece=lambda text: asyncio.ensure_future(ws.send_json({"type": "text", "text": text})))
+    await ws.send_json({"type": "ready", "sample_rate": rate, "modes": list(MODES)})
+    turn: asyncio.Task | None = None
+
+    async def run(text: str) -> None:
+        record = await agent.run_turn(text)
+        await ws.send_json({"type": "record", "record": record.to_json()})
+
+    try:
+        async for message in ws:
+            if message.type != web.WSMsgType.TEXT:
+                continue
+            try:
+                data = message.json()
+                kind = data["type"]
+            except (ValueError, KeyError, TypeError):
+                await ws.send_json({"type": "error", "message": "messages are JSON objects with a \"type\""})
+                continue
+            if kind == "settings":
+                if data.get("mode") not in MODES:
+                    await ws.send_json({"type": "error", "message": f"mode: one of {', '.join(MODES)}"})
+                else:
+                    agent.config.tts_mode = data["mode"]
+            elif kind in ("user", "interrupt"):
+                if turn is not None and not turn.done():
+                    agent.interrupt()
+                    await turn
+                text = str(data.get("text", ""))
+                if kind == "user" and text.strip():
+                    if len(text) > config.max_input_chars:
+                        await ws.send_json({"type": "error", "message": f"text: at most {config.max_input_chars} characters"})
+                    else:
+                        turn = asyncio.create_task(run(text))
+            else:
+                await ws.send_json({"type": "error", "message": f"unknown message type {kind!r}"})
+    finally:
+        if turn is not None and not turn.done():
+            agent.interrupt()
+            await asyncio.gather(turn, return_exceptions=True)
+        await llm.close()
+
+
 def _auth(token: str):
     @web.middleware
     async def check(request: web.Request, handler):
-        if request.path != "/health" and request.headers.get("Authorization") != f"Bearer {token}":
+        # a browser cannot set headers on a WebSocket: /ws may carry the token as ?token=
+        given = request.headers.get("Authorization") == f"Bearer {token}" or request.query.get("token") == token
+        if request.path != "/health" and not given:
             return error(401, "missing or wrong bearer token")
         return await handler(request)
 

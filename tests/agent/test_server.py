@@ -15,11 +15,11 @@ def bundles(tiny_bundle):
     return {"s5": tiny_bundle(2), "t5": tiny_bundle(None)}
 
 
-def call(bundles, requests, config: ServeConfig | None = None, hold_sessions: bool = False):
+def call(bundles, requests, config: ServeConfig | None = None, hold_sessions: bool = False, llm_factory=None):
     """Start a server, run `requests(client)`, stop it."""
 
     async def run():
-        app = create_app(bundles, config)
+        app = create_app(bundles, config, llm_factory)
         async with TestClient(TestServer(app)) as client:
             if hold_sessions:  # every session busy, as if other clients were being answered
                 for _ in range(config.max_sessions):
@@ -114,3 +114,39 @@ def test_bench_serve_reports_each_session_count(bundles):
     assert [r["sessions"] for r in result["runs"]] == [1, 2]
     for run in result["runs"]:
         assert run["errors"] == 0 and run["first_audible_ms_p50"] is not None and run["rtf"] > 0
+
+
+def test_a_conversation_over_the_websocket_streams_text_audio_and_records(bundles):
+    from aiohttp import WSMsgType
+
+    from llm.replay import ReplayLLM, ReplayScript
+
+    def llm():
+        return ReplayLLM(ReplayScript.from_dict({"name": "ws", "llm": {"first_token_ms": 10, "tokens_per_second": 200},
+                                                 "turns": [{"user": "a", "assistant": "Hello from the server."},
+                                                           {"user": "b", "assistant": "Second answer here."}]}))
+
+    async def converse(client):
+        ws = await client.ws_connect("/ws")
+        ready = await ws.receive_json()
+        await ws.send_str("not json")
+        problem = await ws.receive_json()
+        await ws.send_json({"type": "settings", "mode": "t5"})
+        await ws.send_json({"type": "user", "text": "hi"})
+        text, audio, record = "", b"", None
+        while record is None:
+            message = await ws.receive()
+            if message.type == WSMsgType.BINARY:
+                audio += message.data
+            elif message.json()["type"] == "text":
+                text += message.json()["text"]
+            elif message.json()["type"] == "record":
+                record = message.json()["record"]
+        await ws.close()
+        return ready, problem, text, audio, record
+
+    ready, problem, text, audio, record = call(bundles, converse, llm_factory=llm)
+    assert ready["type"] == "ready" and ready["sample_rate"] > 0
+    assert problem["type"] == "error"
+    assert text == "Hello from the server." and record["reply"] == text and record["tts_mode"] == "t5"
+    assert record["error"] is None and len(audio) > 0 and len(audio) // 2 / ready["sample_rate"] == pytest.approx(record["audio_s"], rel=0.05)
