@@ -1,5 +1,6 @@
 """`s5 serve`: S5-TTS as a streaming speech server (aiohttp).
 
+    GET  /                   a page to talk to it from a browser (type, hear the answer stream, switch s5/t5/sentence)
     GET  /health             {"status": "ok", "models": [...], "voices": [...], "sessions": n, "max_sessions": m}
     GET  /ws                 a conversation: one agent per connection. Client -> server JSON: {"type": "user",
                              "text": ...}, {"type": "settings", "mode": "s5"|"t5"|"sentence"}, {"type": "interrupt"}.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from aiohttp import web
@@ -33,6 +35,7 @@ from .orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
 FORMATS = ("wav", "pcm")
+STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 SESSIONS = web.AppKey("sessions", asyncio.Semaphore)  # the free synthesis slots
 
 
@@ -147,6 +150,10 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
                 active["n"] -= 1
         return ws
 
+    async def page(request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    app.router.add_get("/", page)
     app.router.add_get("/health", health)
     app.router.add_get("/ws", conversation)
     app.router.add_post("/v1/audio/speech", speech)
@@ -228,7 +235,7 @@ def _auth(token: str):
     async def check(request: web.Request, handler):
         # a browser cannot set headers on a WebSocket: /ws may carry the token as ?token=
         given = request.headers.get("Authorization") == f"Bearer {token}" or request.query.get("token") == token
-        if request.path != "/health" and not given:
+        if request.path not in ("/", "/health") and not given:
             return error(401, "missing or wrong bearer token")
         return await handler(request)
 

@@ -150,3 +150,12 @@ def test_a_conversation_over_the_websocket_streams_text_audio_and_records(bundle
     assert problem["type"] == "error"
     assert text == "Hello from the server." and record["reply"] == text and record["tts_mode"] == "t5"
     assert record["error"] is None and len(audio) > 0 and len(audio) // 2 / ready["sample_rate"] == pytest.approx(record["audio_s"], rel=0.05)
+
+
+def test_the_browser_page_is_served(bundles):
+    async def requests(client):
+        response = await client.get("/")
+        return response.status, response.headers["Content-Type"], await response.text()
+
+    status, kind, page = call(bundles, requests, ServeConfig(token="t"))  # the page needs no token; /ws does
+    assert status == 200 and kind.startswith("text/html") and "AudioWorklet" in page and "/ws" in page
