@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-APT_PACKAGES="espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts fortunes libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins build-essential cmake"
+APT_PACKAGES="espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts fortunes libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins build-essential cmake chromium chromium-driver"
 missing=()
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v flite >/dev/null || missing+=(flite)
