@@ -4,8 +4,10 @@
     GET  /health             {"status": "ok", "models": [...], "voices": [...], "sessions": n, "max_sessions": m}
     GET  /ws                 a conversation: one agent per connection. Client -> server JSON: {"type": "user",
                              "text": ...}, {"type": "settings", "mode": "s5"|"t5"|"sentence"}, {"type": "interrupt"}.
+                             Binary client messages: the microphone, s16le at 16 kHz (VAD + Whisper, half-duplex).
                              Server -> client: binary s16le PCM at the codec's rate as it plays, and JSON events
                              {"type": "ready", "sample_rate"}, {"type": "text", "text"} (the LLM's pieces),
+                             {"type": "heard", "text"} (what the microphone's speech was transcribed as),
                              {"type": "record", "record": {...}} (the turn's latency record), {"type": "error", "message"}
     POST /v1/audio/speech    OpenAI-style: {"model": "s5"|"t5", "input": text, "voice": "default",
                              "response_format": "wav"|"pcm", "speed": 1.0}; the audio streams as it is synthesised
@@ -25,12 +27,14 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
+from audio_io.capture import CAPTURE_RATE, QueueMicrophone
 from audio_io.sinks import ClockSink
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import Speech
 from tts.inference.streaming import MODES, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
+from .listen import HeardLine, Listener
 from .orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
@@ -189,15 +193,31 @@ async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], ll
     llm = llm_factory()
     agent = Agent(llm, tts, SocketSink(rate, ws), AgentConfig(synthesis=SynthesisConfig(seed=0)),
                   on_piece=lambda text: asyncio.ensure_future(ws.send_json({"type": "text", "text": text})))
-    await ws.send_json({"type": "ready", "sample_rate": rate, "modes": list(MODES)})
+    await ws.send_json({"type": "ready", "sample_rate": rate, "modes": list(MODES), "microphone_rate": CAPTURE_RATE})
     turn: asyncio.Task | None = None
+    microphone, hearing = QueueMicrophone(), None
 
-    async def run(text: str) -> None:
-        record = await agent.run_turn(text)
+    async def run(text: str, heard: HeardLine | None = None) -> None:
+        record = await agent.run_turn(text, heard=heard)
         await ws.send_json({"type": "record", "record": record.to_json()})
+
+    async def hear() -> None:
+        """The browser's microphone: Silero VAD + Whisper, half-duplex as in `s5 chat --voice`."""
+        nonlocal turn
+        await Listener.warm_up()
+        async for heard in Listener(microphone).lines():
+            if turn is not None and not turn.done():
+                continue  # the microphone hears the agent itself while it speaks
+            await ws.send_json({"type": "heard", "text": heard.text})
+            if heard.text:
+                turn = asyncio.create_task(run(heard.text, heard))
 
     try:
         async for message in ws:
+            if message.type == web.WSMsgType.BINARY:  # microphone: s16le at CAPTURE_RATE
+                hearing = hearing or asyncio.create_task(hear())
+                microphone.feed(np.frombuffer(message.data[: len(message.data) // 2 * 2], "<i2").astype(np.float32) / 32768)
+                continue
             if message.type != web.WSMsgType.TEXT:
                 continue
             try:
@@ -224,6 +244,8 @@ async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], ll
             else:
                 await ws.send_json({"type": "error", "message": f"unknown message type {kind!r}"})
     finally:
+        if hearing is not None:
+            hearing.cancel()
         if turn is not None and not turn.done():
             agent.interrupt()
             await asyncio.gather(turn, return_exceptions=True)

@@ -62,3 +62,22 @@ class ArrayMicrophone:
 
     def close(self) -> None:
         pass
+
+
+class QueueMicrophone:
+    """Blocks pushed from elsewhere (a browser's microphone over a WebSocket), stamped on arrival."""
+
+    def __init__(self, rate: int = CAPTURE_RATE):
+        self.rate = rate
+        self._queue: asyncio.Queue = asyncio.Queue()
+
+    def feed(self, samples: np.ndarray) -> None:
+        arrived = time.perf_counter_ns() - round(len(samples) / self.rate * 1e9)
+        self._queue.put_nowait((np.asarray(samples, np.float32), arrived))
+
+    async def blocks(self) -> AsyncIterator[tuple[np.ndarray, int]]:
+        while True:
+            yield await self._queue.get()
+
+    def close(self) -> None:
+        pass

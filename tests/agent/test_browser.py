@@ -26,7 +26,7 @@ def server(tiny_bundle):
     from aiohttp import web
 
     script = {"name": "page", "llm": {"first_token_ms": 20, "tokens_per_second": 100},
-              "turns": [{"user": "hi", "assistant": "Hello from the browser page, nice to meet you."}]}
+              "turns": [{"user": "hi", "assistant": "Hello from the browser page, nice to meet you."}] * 4}
     app = create_app({"s5": tiny_bundle(2), "t5": tiny_bundle(None)}, ServeConfig(),
                      lambda: ReplayLLM(ReplayScript.from_dict(script)))
     port, loop, started = free_port(), asyncio.new_event_loop(), threading.Event()
@@ -48,37 +48,60 @@ def server(tiny_bundle):
     thread.join(10)
 
 
-@pytest.mark.slow
-def test_the_page_speaks_an_answer_in_headless_chromium(server, tmp_path):
+def browser(fake_microphone: Path):
     if not shutil.which("chromium") or not shutil.which("chromedriver"):
         if os.environ.get("CI"):
             pytest.fail("chromium / chromedriver missing: ./setup.sh installs them")
         pytest.skip("chromium not installed (./setup.sh installs it)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required",
-                 "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"):
+                 "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                 f"--use-file-for-fake-audio-capture={fake_microphone}"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+def wait_for(driver, script: str, seconds: float):
+    deadline, value = time.time() + seconds, None
+    while not value and time.time() < deadline:
+        value = driver.execute_script(script)
+        time.sleep(0.1)
+    return value
+
+
+@pytest.mark.slow
+def test_the_page_hears_a_spoken_question_and_speaks_the_answer_in_headless_chromium(server, tmp_path):
+    """Typed first, then spoken: Chromium's fake microphone plays a question (flite's voice); the page sends it
+    to the server, which hears it (VAD + Whisper) and answers; a screenshot of the page is kept."""
+    import numpy as np
+    from selenium.webdriver.common.by import By
+
+    from audio_io.wav import write_wav
+    from tts.data.voices import SAMPLE_RATE, VOICES
+
+    question = VOICES["flite_kal"].synthesize("What is the capital of France?").audio
+    fake = tmp_path / "question.wav"
+    write_wav(fake, np.concatenate([np.zeros(SAMPLE_RATE // 2), question, np.zeros(3 * SAMPLE_RATE)]), SAMPLE_RATE)
+    driver = browser(fake)
     try:
         driver.get(server)
-        deadline = time.time() + 20
-        while driver.execute_script("return typeof player === 'undefined' || !player") and time.time() < deadline:
-            time.sleep(0.1)  # the page has its audio graph once the server said "ready"
+        assert wait_for(driver, "return typeof player !== 'undefined' && !!player", 20)  # the server said "ready"
         driver.find_element(By.ID, "text").send_keys("hi\n")
-        record = None
-        while record is None and time.time() < deadline + 40:
-            record = driver.execute_script("return window.lastRecord || null")
-            time.sleep(0.2)
+        typed = wait_for(driver, "return window.lastRecord || null", 40)
+        driver.execute_script("window.lastRecord = null")
+        driver.find_element(By.ID, "mic").click()
+        spoken = wait_for(driver, "return window.lastRecord || null", 60)
         shot = Path(os.environ.get("S5_ARTIFACTS") or tmp_path) / "serve_page.png"
         shot.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(shot))
         log = driver.find_element(By.ID, "log").text
     finally:
         driver.quit()
-    assert record is not None and record["error"] is None and record["audio_s"] > 0 and record["e2e_ms"] is not None
-    assert "Hello from the browser page" in log and "first sound" in log and shot.stat().st_size > 1000
+    assert typed is not None and typed["error"] is None and typed["audio_s"] > 0 and typed["e2e_ms"] is not None
+    assert spoken is not None and spoken["error"] is None and spoken["voice_to_voice_ms"] is not None
+    assert {"capital", "france"} <= set(spoken["user"].lower().replace("?", "").split())
+    assert "you (spoken): What is the capital of France?" in log and "first sound" in log and shot.stat().st_size > 1000
