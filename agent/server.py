@@ -48,6 +48,7 @@ class ServeConfig:
     max_sessions: int = 4  # requests synthesising at once; more get a 503 at once, not a wait
     max_input_chars: int = 4096
     token: str | None = None  # when set, requests need "Authorization: Bearer <token>"
+    idle_timeout_s: float = 300.0  # a conversation with no message for this long is closed (its slot freed)
 
 
 class QueueSink(ClockSink):
@@ -213,7 +214,15 @@ async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], ll
                 turn = asyncio.create_task(run(heard.text, heard))
 
     try:
-        async for message in ws:
+        while True:
+            try:
+                message = await ws.receive(timeout=config.idle_timeout_s)
+            except asyncio.TimeoutError:
+                await ws.send_json({"type": "error", "message": f"idle for {config.idle_timeout_s:.0f} s: closing"})
+                await ws.close()
+                break
+            if message.type in (web.WSMsgType.CLOSE, web.WSMsgType.CLOSING, web.WSMsgType.CLOSED, web.WSMsgType.ERROR):
+                break
             if message.type == web.WSMsgType.BINARY:  # microphone: s16le at CAPTURE_RATE
                 hearing = hearing or asyncio.create_task(hear())
                 microphone.feed(np.frombuffer(message.data[: len(message.data) // 2 * 2], "<i2").astype(np.float32) / 32768)

@@ -159,3 +159,27 @@ def test_the_browser_page_is_served(bundles):
 
     status, kind, page = call(bundles, requests, ServeConfig(token="t"))  # the page needs no token; /ws does
     assert status == 200 and kind.startswith("text/html") and "AudioWorklet" in page and "/ws" in page
+
+
+def test_an_idle_conversation_is_closed_and_frees_its_slot(bundles):
+    from llm.replay import ReplayLLM, ReplayScript
+
+    def llm():
+        return ReplayLLM(ReplayScript.from_dict({"name": "idle", "turns": [{"user": "a", "assistant": "b"}]}))
+
+    async def idle(client):
+        ws = await client.ws_connect("/ws")
+        ready = await ws.receive_json()
+        notice = await ws.receive_json()  # nothing sent: the server gives up after the timeout
+        closed = await ws.receive()
+        for _ in range(100):  # the server's handler finishes just after the close
+            health = await (await client.get("/health")).json()
+            if health["sessions"] == 0:
+                break
+            await asyncio.sleep(0.02)
+        return ready["type"], notice, closed.type, health["sessions"]
+
+    from aiohttp import WSMsgType
+
+    kind, notice, closed, sessions = call(bundles, idle, ServeConfig(idle_timeout_s=0.3), llm_factory=llm)
+    assert kind == "ready" and "idle" in notice["message"] and closed == WSMsgType.CLOSE and sessions == 0
