@@ -129,7 +129,8 @@ def _serve(args: argparse.Namespace) -> int:
         from llm.ollama_backend import OllamaLLM
 
         llm_factory = lambda: OllamaLLM(args.ollama_model, args.ollama_host or DEFAULT_HOST)  # noqa: E731
-    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token), llm_factory)
+    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout),
+                     llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
     web.run_app(app, host=args.host, port=args.port, print=None)
     return 0
@@ -294,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
-    serve.add_argument("--max-sessions", type=int, default=4, help="requests spoken at once; more get a 503")
+    serve.add_argument("--max-sessions", type=int, default=4, help="requests and conversations at once; more get a 503")
+    serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
     serve.add_argument("--llm", choices=["embedded", "ollama", "none"], default="embedded",
                        help="the LLM of /ws conversations (none: speech endpoint only)")
     serve.add_argument("--ollama-model", default="llama3.3:70b")
