@@ -20,6 +20,8 @@ command -v parec >/dev/null || missing+=(pulseaudio-utils)
 [ -e /usr/lib/x86_64-linux-gnu/alsa-lib/libasound_module_pcm_pulse.so ] || [ "$(uname -m)" != x86_64 ] || missing+=(libasound2-plugins)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(build-essential)
+command -v chromium >/dev/null || missing+=(chromium)  # the headless browser test of `s5 serve`'s page
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
