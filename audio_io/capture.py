@@ -15,14 +15,36 @@ CAPTURE_RATE = 16000
 CAPTURE_BLOCK = 512  # 32 ms
 
 
-class Microphone:
+class QueueMicrophone:
+    """Blocks pushed from elsewhere (a browser's microphone over a WebSocket), stamped on arrival."""
+
+    def __init__(self, rate: int = CAPTURE_RATE):
+        self.rate = rate
+        self._queue: asyncio.Queue = asyncio.Queue()
+
+    def feed(self, samples: np.ndarray, captured_ns: int | None = None) -> None:
+        """captured_ns: when the block's first sample was captured (default: its arrival less its duration)."""
+        if captured_ns is None:
+            captured_ns = time.perf_counter_ns() - round(len(samples) / self.rate * 1e9)
+        self._queue.put_nowait((np.asarray(samples, np.float32), captured_ns))
+
+    async def blocks(self) -> AsyncIterator[tuple[np.ndarray, int]]:
+        while True:
+            yield await self._queue.get()
+
+    def close(self) -> None:
+        pass
+
+
+class Microphone(QueueMicrophone):
+    """The sound card's input: its callback thread hands each block to the event loop's queue."""
+
     def __init__(self, device: str | int | None = None, rate: int = CAPTURE_RATE, block: int = CAPTURE_BLOCK):
+        super().__init__(rate)
         try:
             import sounddevice as sd
         except (ImportError, OSError) as e:  # OSError: PortAudio library missing
             raise AudioDeviceError(f"no audio input: {e}") from e
-        self.rate = rate
-        self._queue: asyncio.Queue = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         try:
             self._stream = sd.InputStream(samplerate=rate, channels=1, dtype="float32", blocksize=block, device=device,
@@ -32,12 +54,8 @@ class Microphone:
             raise AudioDeviceError(f"cannot open the microphone {device if device is not None else '(default)'}: {e}") from e
 
     def _callback(self, indata: np.ndarray, frames: int, time_info, status) -> None:
-        captured = time.perf_counter_ns() - round(frames / self.rate * 1e9)  # the block's first sample
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, (indata[:, 0].copy(), captured))
-
-    async def blocks(self) -> AsyncIterator[tuple[np.ndarray, int]]:
-        while True:
-            yield await self._queue.get()
+        captured = time.perf_counter_ns() - round(frames / self.rate * 1e9)  # stamped here, not when the loop runs
+        self._loop.call_soon_threadsafe(self.feed, indata[:, 0].copy(), captured)
 
     def close(self) -> None:
         self._stream.stop()
@@ -59,25 +77,6 @@ class ArrayMicrophone:
             else:
                 await asyncio.sleep(0)
             yield self.audio[i : i + self.block], captured
-
-    def close(self) -> None:
-        pass
-
-
-class QueueMicrophone:
-    """Blocks pushed from elsewhere (a browser's microphone over a WebSocket), stamped on arrival."""
-
-    def __init__(self, rate: int = CAPTURE_RATE):
-        self.rate = rate
-        self._queue: asyncio.Queue = asyncio.Queue()
-
-    def feed(self, samples: np.ndarray) -> None:
-        arrived = time.perf_counter_ns() - round(len(samples) / self.rate * 1e9)
-        self._queue.put_nowait((np.asarray(samples, np.float32), arrived))
-
-    async def blocks(self) -> AsyncIterator[tuple[np.ndarray, int]]:
-        while True:
-            yield await self._queue.get()
 
     def close(self) -> None:
         pass
