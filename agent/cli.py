@@ -132,7 +132,10 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout),
                      llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
-    web.run_app(app, host=args.host, port=args.port, print=None)
+    try:
+        web.run_app(app, host=args.host, port=args.port, print=None)
+    except OSError as error:  # port taken, address not ours
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from error
     return 0
 
 
