@@ -86,10 +86,13 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, C); history: (B, kernel-1, C) inputs that precede x (zeros at the sequence start)."""
         B, T, C = x.shape
-        if history is None:
-            history = x.new_zeros(B, self.kernel - 1, C)
-        h = torch.cat([history, x], dim=1).transpose(1, 2)  # (B, C, kernel-1+T)
-        h = F.gelu(self.conv(h)).transpose(1, 2)  # (B, T, d_ffn)
+        if self.kernel == 1:  # pointwise: the same weights as a linear layer (conv1d's CPU path is slower)
+            h = F.gelu(F.linear(x, self.conv.weight[:, :, 0], self.conv.bias))
+        else:
+            if history is None:
+                history = x.new_zeros(B, self.kernel - 1, C)
+            h = torch.cat([history, x], dim=1).transpose(1, 2)  # (B, C, kernel-1+T)
+            h = F.gelu(self.conv(h)).transpose(1, 2)  # (B, T, d_ffn)
         return self.drop(self.proj(h))
 
 

@@ -37,13 +37,13 @@ class VocoderDistillConfig:
     margin_frames: int = 16  # context on each side (>= the teacher's receptive field), not scored
     lr: float = 1e-4
     utterances: int = 800  # train-split utterances decoded through the codec (about 50 minutes of speech)
-    init_from: str = ""  # a saved student (vocoder folder) to continue from, with a fresh optimizer
+    init_from: str = ""  # a saved student (vocoder folder) to start from, with a fresh optimizer
     speaker: str = "piper_joe"
     seed: int = 0
 
 
 def student_from_teacher(teacher: Generator, kernels: list[int]) -> Generator:
-    """V1's shape with only `kernels` in each multi-receptive-field block, every kept layer copied from the teacher."""
+    """The teacher's shape with only `kernels` in each multi-receptive-field block, every kept layer copied from it."""
     config = teacher.config
     missing = set(kernels) - set(config.resblock_kernel_sizes)
     if missing:
@@ -118,12 +118,10 @@ def distill_vocoder(corpus: Path, codec: MelCodec, out: Path, config: VocoderDis
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     teacher = load_vocoder().generator
-    student = student_from_teacher(teacher, config.resblock_kernel_sizes)
-    if config.init_from:  # e.g. the committed weights of an unfinished run, in a new session
-        saved = Vocoder.load(config.init_from).generator
-        if saved.config != student.config:
-            raise UserError(f"{config.init_from} has another shape ({saved.config.resblock_kernel_sizes}) than the student")
-        student.load_state_dict(saved.state_dict())
+    # init_from: the committed weights of an unfinished run (same kernels), or a larger student whose kept kernels
+    # start this one (e.g. kernel 3 alone from the 3-and-7 student)
+    source = Vocoder.load(config.init_from).generator if config.init_from else teacher
+    student = student_from_teacher(source, config.resblock_kernel_sizes)
     optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, betas=(0.8, 0.99), weight_decay=0.0)
     state_path, step = out / "train_state.pt", 0
     if state_path.exists():

@@ -103,7 +103,7 @@ def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
 def test_factorised_codes_are_a_product_of_digit_distributions():
     """With code_levels, log p(code) = sum over digits of log p(digit) (up to the BOS/EOS mass), and codes that
     share digits share embedding parts."""
-    from tts.model.s5tts import CodeHeads, digit_matrix
+    from tts.model.s5tts import CodeEmbedding, CodeHeads, digit_matrix
 
     levels = [4, 5]
     assert digit_matrix(levels).sum(0).eq(2).all() and digit_matrix(levels).shape == (9, 20)
@@ -115,5 +115,10 @@ def test_factorised_codes_are_a_product_of_digit_distributions():
     raw = heads.linear(hidden).view(3, config.num_codebooks, 11)
     code = 2 + 4 * 3  # digits (2, 3)
     assert torch.allclose(logits[..., code], raw[..., 2] + raw[..., 4 + 3])
+    embedding = CodeEmbedding(config)
+    codes = torch.tensor([[[code, config.codebook_size + 1]] * config.num_codebooks])  # (1, K, 2): a code, then EOS
+    embedded = embedding(codes)[0]  # (2, C)
+    assert torch.allclose(embedded[0], (embedding.digit_weight[:, 2] + embedding.digit_weight[:, 4 + 3]).sum(0), atol=1e-6)
+    assert torch.allclose(embedded[1], embedding.special_weight[:, 1].sum(0), atol=1e-6)
     with pytest.raises(ValueError, match="do not multiply"):
         tiny_config(2, code_levels=[4, 4])
