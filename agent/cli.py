@@ -52,13 +52,16 @@ def _chat(args: argparse.Namespace) -> int:
         if args.voice or settings.audio.voice:
             from agent.listen import Listener
             from audio_io.capture import Microphone
+            from audio_io.echo import EchoGate
             from audio_io.sinks import AudioDeviceError
             from audio_io.vad import VadConfig
 
             try:
                 await Listener.warm_up()
                 microphone = Microphone(settings.audio.input_device)
-                listener = Listener(microphone, VadConfig(end_silence_ms=settings.audio.end_silence_ms))
+                audio = settings.audio
+                echo = EchoGate(sink.levels, audio.echo_coupling_db, audio.echo_margin_db) if audio.barge_in else None
+                listener = Listener(microphone, VadConfig(end_silence_ms=audio.end_silence_ms), echo)
                 err.print("[green]listening: speak, or type[/]")
             except AudioDeviceError as error:  # no microphone: one line, and typing still works
                 notice(f"{error}; type instead")

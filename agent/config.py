@@ -57,6 +57,9 @@ class AudioSettings:
     voice: bool = False  # listen to the microphone too (Silero VAD + Whisper tiny.en); typing still works
     input_device: str | int | None = None
     end_silence_ms: float = 600.0  # a pause this long ends what the user says
+    barge_in: bool = True  # speaking over the agent interrupts it (louder than its echo); false: half-duplex
+    echo_coupling_db: float = 0.0  # how loud the loudspeaker reaches the microphone vs. the played signal (0: worst case)
+    echo_margin_db: float = 6.0  # how much louder than that echo the user must be to interrupt
 
 
 @dataclass

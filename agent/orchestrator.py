@@ -7,7 +7,8 @@
 The words and audio stages are the pipeline driver every command runs (`tts.inference.pipeline.Speech`).
 
 The sink stamps the first audible sample as played. `interrupt()` (new input, Ctrl-C) cancels every stage,
-flushes queued audio and releases the synthesizer; the turn still returns its record. An LLM that fails
+flushes queued audio and releases the synthesizer; the turn still returns its record. A spoken turn may start on
+the VAD's guess that the user has finished (`held=True`): it runs silently until `confirm()`, or `retract()` drops it. An LLM that fails
 mid-reply ends its stage with a one-line error: the words already received are still spoken. A bug in any stage
 ends only its turn: one line in the record and on screen, the traceback in the log (`agent/logs.py`).
 """
@@ -66,6 +67,7 @@ class Agent:
         self.turns = 0
         self._interrupted = asyncio.Event()
         self._interrupt_ns: int | None = None
+        self._retracted = False
 
     def messages_for(self, user: str) -> list[dict]:
         kept = self.history[-2 * self.config.history_turns :] if self.config.history_turns else []
@@ -76,13 +78,26 @@ class Agent:
         self._interrupt_ns = time.perf_counter_ns()
         self._interrupted.set()
 
-    async def run_turn(self, user: str, tts_mode: str | None = None, heard: HeardLine | None = None) -> TurnRecord:
-        """heard: the user spoke this turn (its speech and transcript stamps go into the record)."""
+    def confirm(self) -> None:
+        """A turn started on a guess (`run_turn(held=True)`): the user has finished, so its audio may play."""
+        self.sink.release()
+
+    def retract(self) -> None:
+        """A turn started on a guess: the user went on speaking, so it goes unheard and stays out of the history."""
+        self._retracted = True
+        self.interrupt()
+
+    async def run_turn(self, user: str, tts_mode: str | None = None, heard: HeardLine | None = None,
+                       held: bool = False) -> TurnRecord:
+        """heard: the user spoke this turn (its speech and transcript stamps go into the record). held: the turn
+        starts on a guess: it runs, but the sink plays nothing until `confirm()` (or `retract()` drops it)."""
         mode = tts_mode or self.config.tts_mode
         self.turns += 1
         self._interrupted.clear()
         self._interrupt_ns = None
+        self._retracted = False
         record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
+        record.started_on_guess = held
         if heard is not None:
             record.user_speech_start, record.user_speech_end = heard.speech_start_ns, heard.speech_end_ns
             record.transcript_ready = heard.transcript_ready_ns
@@ -91,7 +106,7 @@ class Agent:
         speech = Speech(synth, self.sink)
         pieces: asyncio.Queue = asyncio.Queue()
         reply: list[str] = []
-        self.sink.begin_turn()
+        self.sink.begin_turn(held=held)
         record.request_sent = time.perf_counter_ns()
         stages = [
             asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record)),
@@ -196,7 +211,8 @@ class Agent:
         record.frames = times.frames
         record.frames_per_word = round(times.frames / times.words, 2) if times.words else None
         record.rtf = round(times.compute_ns / 1e9 / record.audio_s, 3) if record.audio_s else None
-        if reply.strip():
+        record.retracted = self._retracted
+        if reply.strip() and not record.retracted:
             self.history += [{"role": "user", "content": record.user}, {"role": "assistant", "content": reply}]
             self.history = self.history[-2 * self.config.history_turns :] if self.config.history_turns else []
         if self.config.records_path is not None:

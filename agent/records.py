@@ -43,6 +43,8 @@ class TurnRecord:
     frames_per_word: float | None = None
     audio_s: float = 0.0
     cancelled: bool = False
+    started_on_guess: bool = False  # spoken input: the turn began on the VAD's guess, held silent until the end was sure
+    retracted: bool = False  # ... and the user went on speaking: it was dropped unheard (not in the history)
     error: str | None = None
     llm_stats: dict = field(default_factory=dict)
 

@@ -16,7 +16,7 @@ from llm.replay import ReplayLLM, ReplayScript
 from tts.inference.streaming import MODES, load_bundle
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
-from .listen import HeardLine, Listener
+from .listen import HeardLine, Listener, SpeechResumed, UserSpeaking
 from .orchestrator import Agent, AgentConfig
 from .records import TurnRecord
 
@@ -68,8 +68,10 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
                out_dir: Path | None, listener: Listener | None = None) -> int:
     """Type a line (or, with a listener, say it), hear the answer. A line typed while the agent speaks interrupts
     it (barge-in; piped input waits its turn instead); Ctrl-C interrupts the answer, or quits at the prompt; end of
-    input quits after the last answer. Spoken input is half-duplex: while the agent speaks, the microphone (which
-    hears the loudspeaker) is not listened to."""
+    input quits after the last answer. Spoken input: the turn starts on the VAD's guess that the user has finished
+    and stays silent until the pause is long enough to be sure (or is dropped if the user goes on); speaking over
+    the agent, louder than its echo (`listener.echo`), interrupts it; without an echo gate, listening is
+    half-duplex (the microphone is ignored while the agent speaks)."""
     agent = Agent(llm, bundles, sink, config, on_piece=lambda text: console.print(text, end="", style="cyan", markup=False, highlight=False))
     lines: asyncio.Queue = asyncio.Queue()
     loop = asyncio.get_running_loop()
@@ -82,17 +84,14 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
 
     loop.run_in_executor(None, read_lines)
     speaking = False
+    spoken = SpokenTurns(agent, full_duplex=listener is not None and listener.echo is not None,
+                         say=lambda message: console.print(message))
 
     async def hear() -> None:
-        async for heard in listener.lines():
-            if speaking:
-                continue  # half-duplex: what the microphone hears now is mostly the agent itself
-            if heard.cut:
-                console.print("[yellow](you spoke past the length limit: cut there)[/]")
-            if not heard.text:
-                console.print("[dim](heard speech, but no words in it: nothing sent)[/]")
-                continue
-            lines.put_nowait(heard)
+        async for event in listener.events():
+            line = spoken.on_event(event, speaking)
+            if line is not None:
+                lines.put_nowait(line)
 
     hearing = asyncio.create_task(hear()) if listener is not None else None
     interactive = sys.stdin.isatty()
@@ -123,14 +122,16 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
         console.print(user, markup=False, highlight=False)
         console.print("[bold]agent:[/] ", end="")
         speaking = True
-        turn = asyncio.create_task(agent.run_turn(user, heard=heard))
+        turn = asyncio.create_task(spoken.run_turn(user, heard))
         reader = asyncio.create_task(lines.get())
         done, _ = await asyncio.wait({turn, reader}, return_when=asyncio.FIRST_COMPLETED)
-        if reader in done and not turn.done() and reader.result() is not None and interactive:
-            agent.interrupt()  # barge-in: a newly typed line interrupts (piped lines wait their turn)
+        if reader in done and not turn.done() and reader.result() is not None and (interactive or isinstance(reader.result(), HeardLine)):
+            agent.interrupt()  # barge-in: a newly typed or spoken line interrupts (piped lines wait their turn)
         record = await turn
         speaking = False
         console.print()
+        if record.retracted:
+            console.print("[dim](you went on speaking: that answer was dropped unheard)[/]")
         if record.error:
             console.print(f"[yellow]{record.error}[/]")
         console.print(record.summary_line(), style="dim", markup=False, highlight=False)
@@ -141,6 +142,65 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
     if hearing is not None:
         hearing.cancel()
     return 0
+
+
+@dataclass
+class GuessTurn:
+    """A turn started on the VAD's guess: which utterance (its speech span) and whether its end is confirmed."""
+    span: tuple[int, int]
+    confirmed: bool = False
+
+
+def span_of(heard: HeardLine) -> tuple[int, int]:
+    return heard.speech_start_ns, heard.speech_end_ns
+
+
+class SpokenTurns:
+    """Turn-taking for spoken input, shared by `s5 chat --voice` and `s5 bench voice`. `on_event` takes the
+    listener's events and returns the line a turn should start on (or None): a guess starts a turn held silent;
+    its final line confirms it (the answer plays) and `SpeechResumed` retracts it; `UserSpeaking` while the agent
+    speaks is a voice barge-in (full duplex only: the listener's echo gate has told the user from the agent)."""
+
+    def __init__(self, agent: Agent, full_duplex: bool, say=lambda message: None):
+        self.agent = agent
+        self.full_duplex = full_duplex
+        self.say = say
+        self.guess: GuessTurn | None = None  # the spoken line a turn starts (or runs) on, until its end is confirmed
+        self.barge_ins = 0
+
+    def on_event(self, event: HeardLine | SpeechResumed | UserSpeaking, speaking: bool) -> HeardLine | None:
+        guess = self.guess
+        if isinstance(event, UserSpeaking):
+            if speaking and self.full_duplex and (guess is None or guess.confirmed):
+                self.barge_ins += 1
+                self.agent.interrupt()
+                self.say("\n[yellow](interrupted by voice)[/]")
+            return None
+        if isinstance(event, SpeechResumed):
+            if guess is not None and not guess.confirmed:
+                self.agent.retract()  # the user went on: the turn started on the guess goes, unheard
+                self.guess = None
+            return None
+        if not event.guess and guess is not None and guess.span == span_of(event):
+            guess.confirmed = True
+            self.agent.confirm()  # the pause was the end: the answer may play
+            return None
+        if speaking and not self.full_duplex:
+            return None  # half-duplex: what the microphone hears now is mostly the agent itself
+        if event.cut:
+            self.say("[yellow](you spoke past the length limit: cut there)[/]")
+        if not event.text:
+            if not event.guess:
+                self.say("[dim](heard speech, but no words in it: nothing sent)[/]")
+            return None
+        self.guess = GuessTurn(span_of(event)) if event.guess else None
+        return event
+
+    async def run_turn(self, user: str, heard: HeardLine | None = None) -> TurnRecord:
+        """Run a turn; one started on a guess is held silent unless its end was confirmed before it began (decided
+        when the task starts, so a confirmation that comes first is never missed)."""
+        guess = self.guess if heard is not None and heard.guess else None
+        return await self.agent.run_turn(user, heard=heard, held=guess is not None and not guess.confirmed)
 
 
 # ---- replay and the e2e benchmark ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 
 from tts.errors import UserError
 
+from .echo import PlaybackLevels
 from .levels import first_audible_sample
 from .wav import write_wav
 
@@ -51,19 +52,31 @@ class ClockSink:
         self.pace = pace  # drain() waits for the simulated playback to finish (False: return at once)
         self.start_samples = round(start_buffer_ms / 1000 * sample_rate)
         self.stats = PlaybackStats()
+        self.levels = PlaybackLevels()  # what played when, across turns (the microphone's echo reference)
         self._clock: int | None = None
         self._waiting: list[np.ndarray] = []  # audio held until the jitter buffer is full
         self._audible_found = False
         self._play_after_ns = 0
+        self._held = False
+        self._turn_ended = False
 
     output_latency_ns = 0  # a simulated player is silent the moment it is flushed
 
-    def begin_turn(self) -> None:
+    def begin_turn(self, held: bool = False) -> None:
+        """held: queue the turn's audio but play none of it until `release()` (a turn started on a guess)."""
         self.stats = PlaybackStats()
         self._clock = None
         self._waiting = []
         self._audible_found = False
         self._play_after_ns = 0
+        self._held = held
+        self._turn_ended = False
+
+    def release(self) -> None:
+        """A held turn may play now: what is queued starts as it would have (buffer full, or the turn ended)."""
+        self._held = False
+        if self._clock is None and self._waiting and (self._turn_ended or sum(len(w) for w in self._waiting) >= self.start_samples):
+            self._start(self._play_after_ns)
 
     def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None:
         """play_after_ns: do not start the turn before then (the engine's pacing prebuffer)."""
@@ -73,7 +86,7 @@ class ClockSink:
         if self._clock is None:  # not playing yet: fill the jitter buffer first
             self._play_after_ns = max(self._play_after_ns, play_after_ns or 0)
             self._waiting.append(samples)
-            if sum(len(w) for w in self._waiting) >= self.start_samples:
+            if not self._held and sum(len(w) for w in self._waiting) >= self.start_samples:
                 self._start(self._play_after_ns)
             return
         self._play(samples)
@@ -98,6 +111,7 @@ class ClockSink:
             if index is not None:
                 s.first_audible_ns = self._clock + round(index / self.sample_rate * 1e9)
                 self._audible_found = True
+        self.levels.add(self._clock, samples, self.sample_rate)
         self._clock += round(len(samples) / self.sample_rate * 1e9)
         s.played_samples += len(samples)
         s.last_sample_ns = self._clock
@@ -107,10 +121,13 @@ class ClockSink:
         pass
 
     def end_turn(self) -> None:
-        if self._clock is None and self._waiting:  # the whole reply is in (shorter than the buffers): play now
+        self._turn_ended = True
+        if self._clock is None and self._waiting and not self._held:  # the whole reply is in (shorter than the buffers): play now
             self._start()
 
     async def drain(self) -> None:
+        while self._held and self._waiting:  # a held turn is not over until released (or flushed)
+            await asyncio.sleep(0.005)
         if self.pace and self.stats.last_sample_ns is not None:
             await asyncio.sleep(max(0.0, (self.stats.last_sample_ns - time.perf_counter_ns()) / 1e9))
 
@@ -118,6 +135,7 @@ class ClockSink:
         """Barge-in: whatever has not played yet is dropped. Returns the samples dropped."""
         self._waiting = []
         now = time.perf_counter_ns()
+        self.levels.forget_after(now)
         if self._clock is None or self._clock <= now:
             return 0
         unplayed = min(self.stats.played_samples, round((self._clock - now) / 1e9 * self.sample_rate))
@@ -186,6 +204,7 @@ class DeviceSink:
         self.sample_rate = sample_rate
         self.start_samples = round(start_buffer_ms / 1000 * sample_rate)
         self.stats = PlaybackStats()
+        self.levels = PlaybackLevels()  # what played when, across turns (the microphone's echo reference)
         self._lock = threading.Lock()
         self._queue: deque[np.ndarray] = deque()
         self._offset = 0  # samples of _queue[0] already played
@@ -194,6 +213,7 @@ class DeviceSink:
         self._audible_found = False
         self._dry_since: int | None = None
         self._play_after_ns = 0  # the engine's pacing prebuffer: the turn does not start before then
+        self._held = False  # a turn started on a guess: nothing plays until release()
         self._idle = threading.Event()
         self._idle.set()
         try:
@@ -228,6 +248,8 @@ class DeviceSink:
                     self._queue.popleft()
                     self._offset = 0
             self.stats.played_samples += filled
+            if filled:
+                self.levels.add(now + dac_delay_ns, out[:filled, 0], self.sample_rate)
             if filled < frames:
                 out[filled:, 0] = 0.0
                 if self._started and self._turn_open:  # ran dry while more audio is due
@@ -254,7 +276,8 @@ class DeviceSink:
         """Audio already handed to the device plays this long after a flush."""
         return round(float(getattr(self._stream, "latency", 0.0) or 0.0) * 1e9)
 
-    def begin_turn(self) -> None:
+    def begin_turn(self, held: bool = False) -> None:
+        """held: queue the turn's audio but play none of it until `release()` (a turn started on a guess)."""
         with self._lock:
             self.stats = PlaybackStats()
             self._turn_open = True
@@ -262,11 +285,17 @@ class DeviceSink:
             self._audible_found = False
             self._dry_since = None
             self._play_after_ns = 0
+            self._held = held
+
+    def release(self) -> None:
+        with self._lock:
+            self._held = False
+            self._started = not self._turn_open or self._ready_to_start(time.perf_counter_ns())
 
     def _ready_to_start(self, now: int) -> bool:
         """The jitter buffer is full and the prebuffer time (if any) has passed. Called with the lock held."""
         queued = sum(len(q) for q in self._queue) - self._offset
-        return queued >= self.start_samples and now >= self._play_after_ns
+        return not self._held and queued >= self.start_samples and now >= self._play_after_ns
 
     def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None:
         """play_after_ns: do not start the turn before then (the engine's pacing prebuffer)."""
@@ -286,7 +315,7 @@ class DeviceSink:
     def end_turn(self) -> None:
         with self._lock:
             self._turn_open = False
-            self._started = True  # whatever is queued plays now, however short
+            self._started = not self._held  # whatever is queued plays now, however short (once released)
             self._dry_since = None
             if not self._queue:
                 self._idle.set()

@@ -172,3 +172,41 @@ def test_a_spoken_turn_records_voice_to_voice_latency(bundles):
     assert record.voice_to_voice_ms == pytest.approx((record.first_audible_sample - heard.speech_end_ns) / 1e6, abs=0.1)
     assert record.voice_to_voice_ms > 600 and "voice-to-voice" in record.summary_line()
     assert record.to_json()["voice_to_voice_ms"] == record.voice_to_voice_ms
+
+
+def test_a_turn_started_on_a_guess_is_silent_until_confirmed_and_a_retracted_one_is_forgotten(bundles):
+    """Spoken turn-taking (`SpokenTurns`, shared by `s5 chat --voice` and `s5 bench voice`): a guess starts the turn
+    held; its final line lets it play; speech that resumes drops it unheard and out of the history."""
+    import time
+
+    from agent.listen import HeardLine, SpeechResumed
+    from agent.session import SpokenTurns
+
+    agent, sink = make_agent(bundles, [("Is it raining?", "No, it is dry today."), ("Is it raining in Oslo?", "Yes, a little.")])
+    spoken = SpokenTurns(agent, full_duplex=True)
+
+    async def run():
+        now = time.perf_counter_ns()
+        guess = HeardLine("Is it raining?", now - int(1e9), now - int(0.3e9), now, guess=True)
+        assert spoken.on_event(guess, speaking=False) is guess
+        turn = asyncio.create_task(spoken.run_turn(guess.text, guess))
+        await asyncio.sleep(0.5)  # the whole reply is synthesised by now, and none of it may have played
+        assert not turn.done() and sink.stats.first_played_ns is None
+        confirmed = time.perf_counter_ns()
+        final = HeardLine(guess.text, guess.speech_start_ns, guess.speech_end_ns, confirmed)
+        assert spoken.on_event(final, speaking=True) is None  # it confirms, it does not start another turn
+        first = await turn
+        assert first.started_on_guess and not first.retracted
+        assert sink.stats.first_played_ns >= confirmed and first.first_audible_sample >= confirmed
+
+        guess2 = HeardLine("Is it raining", now, now + int(0.5e9), time.perf_counter_ns(), guess=True)
+        spoken.on_event(guess2, speaking=False)
+        turn = asyncio.create_task(spoken.run_turn(guess2.text, guess2))
+        await asyncio.sleep(0.2)
+        assert spoken.on_event(SpeechResumed(time.perf_counter_ns()), speaking=True) is None
+        second = await turn
+        assert second.retracted and second.cancelled and sink.stats.first_played_ns is None
+        return first
+
+    first = asyncio.run(run())
+    assert [m["content"] for m in agent.history] == [first.user, first.reply]  # the retracted turn left no trace

@@ -1,0 +1,74 @@
+"""Telling the user's voice from the agent's own in the microphone (full-duplex listening with loudspeakers).
+
+The player records how loud it played, when (`PlaybackLevels`, fed by every sink). While the agent speaks, a
+microphone block can only be the user if it is louder than anything the player put out around that time by
+`margin_db`: the echo of the loudspeaker in the microphone is never louder than the played signal itself plus the
+room's coupling, and the margin covers that coupling. `coupling_db` 0 assumes the worst case, a microphone that
+hears the output at full level (a digital loopback); a headset or a far loudspeaker can set it lower (say -20).
+No echo cancellation: the user barges in by speaking clearly louder than the echo, as people do in a room.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+SILENT_DBFS = -100.0
+LEVEL_WINDOW_S = 0.010
+
+
+def level_dbfs(samples: np.ndarray) -> float:
+    """RMS level of a block in dB relative to full scale (1.0)."""
+    if not len(samples):
+        return SILENT_DBFS
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    return max(SILENT_DBFS, 20 * np.log10(rms)) if rms > 0 else SILENT_DBFS
+
+
+class PlaybackLevels:
+    """What a sink played: (time the window plays, dBFS) for every 10 ms, the last `keep_s` seconds. Written from
+    the player (a callback thread for the sound card), read from the event loop."""
+
+    def __init__(self, keep_s: float = 10.0):
+        self._windows: deque[tuple[int, float]] = deque(maxlen=round(keep_s / LEVEL_WINDOW_S))
+        self._lock = threading.Lock()
+
+    def add(self, starts_ns: int, samples: np.ndarray, sample_rate: int) -> None:
+        window = max(1, round(LEVEL_WINDOW_S * sample_rate))
+        with self._lock:
+            for i in range(0, len(samples), window):
+                self._windows.append((starts_ns + round(i / sample_rate * 1e9), level_dbfs(samples[i : i + window])))
+
+    def forget_after(self, t_ns: int) -> None:
+        """A flush dropped what was to play after t_ns: it never reached the loudspeaker."""
+        with self._lock:
+            while self._windows and self._windows[-1][0] > t_ns:
+                self._windows.pop()
+
+    def loudest(self, start_ns: int, end_ns: int) -> float:
+        """The loudest 10 ms window that played between start_ns and end_ns (SILENT_DBFS if none)."""
+        with self._lock:
+            return max((db for t, db in self._windows if start_ns <= t <= end_ns), default=SILENT_DBFS)
+
+
+@dataclass
+class EchoGate:
+    levels: PlaybackLevels
+    coupling_db: float = 0.0  # how loud the loudspeaker reaches the microphone, relative to the played signal
+    margin_db: float = 6.0  # how much louder than the echo the user must be
+    delay_ms: float = 250.0  # the longest echo path (output buffer + room + input buffer)
+    playing_dbfs: float = -50.0  # the player is "speaking" when it played louder than this
+
+    def window(self, captured_ns: int, block_s: float) -> tuple[int, int]:
+        return captured_ns - round(self.delay_ms * 1e6), captured_ns + round(block_s * 1e9)
+
+    def agent_speaking(self, captured_ns: int, block_s: float) -> bool:
+        """Could the agent's voice be in this microphone block?"""
+        return self.levels.loudest(*self.window(captured_ns, block_s)) > self.playing_dbfs
+
+    def louder_than_echo(self, block: np.ndarray, captured_ns: int, block_s: float) -> bool:
+        """Is this block too loud to be only the agent's own voice coming back?"""
+        echo = self.levels.loudest(*self.window(captured_ns, block_s)) + self.coupling_db
+        return level_dbfs(block) > echo + self.margin_db
