@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from audio_io.asr import transcribe
+from audio_io.asr import transcribe_short as transcribe
 from audio_io.echo import EchoGate
 from audio_io.vad import VAD_RATE, SpeechSegmenter, VadConfig
 from audio_io.wav import resample
