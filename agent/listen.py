@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from audio_io.asr import transcribe_short as transcribe
+from audio_io.asr import transcribe
 from audio_io.echo import EchoGate
 from audio_io.vad import VAD_RATE, SpeechSegmenter, VadConfig
 from audio_io.wav import resample
@@ -74,7 +74,6 @@ class Listener:
         pending: list[asyncio.Task] = []
         guess: tuple[tuple[int, int], asyncio.Task] | None = None  # (start, end) sample -> its transcript in the making
         offered: tuple[int, int] | None = None  # the guess already yielded
-        waiting = None  # a newer guess that waits for the running one
         echo_suspect, loud_blocks = False, 0  # the open utterance may be the agent's own voice
         async for block, captured in self.microphone.blocks():
             if rate != VAD_RATE:
@@ -95,18 +94,16 @@ class Listener:
                     echo_suspect = False
                     yield UserSpeaking(captured)
             new_guess = self.segmenter.guess()
-            if new_guess is not None and not echo_suspect:
-                waiting = new_guess  # the latest pause's utterance, to transcribe once no other guess is running
-            if waiting is not None and (guess is None or guess[1].done()):  # one Whisper run at a time: two share the CPU
-                span = (waiting.start_sample, waiting.end_sample)
-                guess, waiting = (span, asyncio.create_task(asyncio.to_thread(transcribe, waiting.audio, VAD_RATE))), None
+            if new_guess is not None and not echo_suspect:  # an older guess is stale: the user spoke on since
+                span = (new_guess.start_sample, new_guess.end_sample)
+                guess = (span, asyncio.create_task(asyncio.to_thread(transcribe, new_guess.audio, VAD_RATE)))
             if offered is not None and self.segmenter.in_speech and not self.segmenter.guessed:
                 offered = None  # the pause was not the end
                 yield SpeechResumed(captured)
             for utterance in finished:
                 span = (utterance.start_sample, utterance.end_sample)
                 text = guess[1] if guess is not None and guess[0] == span else None
-                offered = waiting = None
+                offered = None
                 if text is not None:
                     guess = None
                 if echo_suspect:  # never louder than the echo: the agent heard itself

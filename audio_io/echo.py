@@ -49,8 +49,14 @@ class PlaybackLevels:
 
     def loudest(self, start_ns: int, end_ns: int) -> float:
         """The loudest 10 ms window that played between start_ns and end_ns (SILENT_DBFS if none)."""
+        loudest = SILENT_DBFS
         with self._lock:
-            return max((db for t, db in self._windows if start_ns <= t <= end_ns), default=SILENT_DBFS)
+            for t, db in reversed(self._windows):  # newest first: stop once the windows are older than start_ns
+                if t < start_ns:
+                    break
+                if t <= end_ns and db > loudest:
+                    loudest = db
+        return loudest
 
 
 @dataclass

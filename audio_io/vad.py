@@ -27,7 +27,7 @@ class VadConfig:
     start_threshold: float = 0.5
     end_threshold: float = 0.35
     end_silence_ms: float = 600.0  # a pause this long ends the utterance (a breath inside a sentence is shorter)
-    guess_silence_ms: float = 96.0  # after this much pause the utterance so far is offered as a guess (`guess()`),
+    guess_silence_ms: float = 160.0  # after this much pause the utterance so far is offered as a guess (`guess()`),
     # so the ASR can run while the end is being confirmed
     pre_roll_ms: float = 200.0
     min_speech_ms: float = 250.0

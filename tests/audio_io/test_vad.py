@@ -78,10 +78,3 @@ def test_a_guess_is_offered_early_in_the_pause_and_equals_the_final_utterance(qu
     assert np.array_equal(last.audio, final.audio)
     assert 0 < guessed_at - final.end_sample < 0.3 * VAD_RATE  # well before the 600 ms that confirm the end
 
-
-def test_the_short_window_ear_hears_what_the_30_second_one_hears_and_never_loops(question):
-    from audio_io.asr import drop_repeats, transcribe, transcribe_short
-
-    assert transcribe_short(question, VAD_RATE) == transcribe(question, VAD_RATE)
-    assert drop_repeats("Any tips for a salad. Any tips for a salad. Any tips for a") == "Any tips for a salad."
-    assert drop_repeats("No. Really, no.") == "No. Really, no."

@@ -74,7 +74,13 @@ def aligned_sum(parts: list[torch.Tensor], state: StreamState | None, key) -> to
     if state is None:
         return torch.stack(parts).sum(0)
     pending = state.get(key)
-    pending = [torch.cat([p, x], dim=2) for p, x in zip(pending, parts)] if pending else list(parts)
+    if pending:  # only the branches that ran ahead hold anything: copy no empty remainder
+        pending = [torch.cat([p, x], dim=2) if p.shape[2] else x for p, x in zip(pending, parts)]
+    else:
+        pending = list(parts)
     n = min(p.shape[2] for p in pending)
     state[key] = [p[:, :, n:] for p in pending]
-    return torch.stack([p[:, :, :n] for p in pending]).sum(0)
+    total = pending[0][:, :, :n]
+    for p in pending[1:]:
+        total = total + p[:, :, :n]
+    return total
