@@ -171,7 +171,8 @@ async def bench_voice(script: ReplayScript, bundles: dict[str, TTSBundle], modes
         out[mode] = {"v2v_ms_p50": pct(v2v, 50), "v2v_ms_p95": pct(v2v, 95),
                      "transcript_after_speech_ms_p50": pct(asr, 50), "underruns": sum(r.underruns for r in records),
                      "started_on_guess": sum(r.started_on_guess for r in records), **counts[mode],
-                     "errors": sum(bool(r.error) for r in records), "turns": len(records)}
+                     "errors": sum(bool(r.error) for r in records), "turns": len(records),
+                     "underrun_turns": [{"turn": r.turn, "gaps": r.gaps} for r in records if r.underruns]}
     if "s5" in modes and "t5" in modes and out["s5"]["v2v_ms_p50"] and out["t5"]["v2v_ms_p50"]:
         out["ratio_v2v_s5_over_t5"] = round(out["s5"]["v2v_ms_p50"] / out["t5"]["v2v_ms_p50"], 3)
     return out

@@ -161,3 +161,68 @@ def test_a_spoken_question_is_heard_and_answered_through_pulseaudio(pulse, tmp_p
     audio = raw[: len(raw) // 2 * 2].reshape(-1, 2).mean(axis=1).astype(np.float32) / 32768
     words = set(transcribe(audio, 44100).lower().replace(".", " ").replace(",", " ").split())
     assert len({"paris", "capital", "france"} & words) >= 2, words
+
+
+def test_speaking_over_the_answer_interrupts_it_through_pulseaudio(pulse, tmp_path):
+    """Full duplex through the real sound path: a question played into the virtual microphone is answered by the
+    shipped S5 on another sink; a second question played 6 dB up while the answer sounds passes the echo gate,
+    interrupts the answer and becomes the next turn."""
+    from agent.listen import Listener
+    from agent.session import SpokenTurns
+    from audio_io.capture import Microphone
+    from audio_io.echo import EchoGate
+    from audio_io.sinks import DeviceSink
+    from audio_io.wav import write_wav
+    from tts.data.voices import SAMPLE_RATE, VOICES
+    from tts.inference.streaming import load_bundle
+
+    subprocess.run(["pactl", "load-module", "module-null-sink", "sink_name=s5out"], check=True, capture_output=True)
+    subprocess.run(["pactl", "set-default-sink", "s5out"], check=True, capture_output=True)
+    subprocess.run(["pactl", "set-default-source", f"{SINK}.monitor"], check=True, capture_output=True)
+    first, second = tmp_path / "first.wav", tmp_path / "second.wav"
+    write_wav(first, VOICES["flite_kal"].synthesize("Tell me a long story about a dragon.").audio, SAMPLE_RATE)
+    write_wav(second, np.clip(2 * VOICES["festival_ked"].synthesize("What is the capital of Germany?").audio, -1, 1), SAMPLE_RATE)
+    story = " ".join(["Once upon a time a small green dragon lived in a cave by the sea, and every morning it flew"] * 4)
+    script = ReplayScript.from_dict({"llm": {"first_token_ms": 10, "tokens_per_second": 30},
+                                     "turns": [{"user": "story", "assistant": story},
+                                               {"user": "capital", "assistant": "Berlin is the capital of Germany."}]})
+    bundle = load_bundle("s5")
+
+    async def scenario():
+        await Listener.warm_up()
+        microphone, sink = Microphone(), DeviceSink(bundle.codec.sample_rate)
+        agent = Agent(ReplayLLM(script), {"s5": bundle}, sink, AgentConfig(synthesis=SynthesisConfig(seed=0)))
+        spoken = SpokenTurns(agent, full_duplex=True)
+        turns: list[asyncio.Task] = []
+
+        async def listen():
+            async for event in Listener(microphone, echo=EchoGate(sink.levels)).events():
+                line = spoken.on_event(event, any(not t.done() for t in turns))
+                if line is not None:
+                    turns.append(asyncio.create_task(spoken.run_turn(line.text, line)))
+
+        listening = asyncio.create_task(listen())
+        try:
+            subprocess.run(["paplay", "-d", SINK, str(first)], check=True, timeout=20)
+            deadline = time.monotonic() + 30
+            while not (turns and sink.stats.first_audible_ns is not None) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # the story is playing
+            subprocess.run(["paplay", "-d", SINK, str(second)], check=True, timeout=20)
+            while (len(turns) < 2 or not turns[1].done()) and time.monotonic() < deadline + 30:
+                await asyncio.sleep(0.1)
+        finally:
+            listening.cancel()
+            microphone.close()
+            sink.close()
+        return [t.result() for t in turns if t.done()]
+
+    try:
+        records = asyncio.run(scenario())
+    finally:
+        subprocess.run(["pactl", "set-default-sink", SINK], capture_output=True)  # as the other tests expect
+    assert len(records) == 2, records
+    story_turn, question_turn = records
+    assert story_turn.cancelled and story_turn.audio_s < 10  # interrupted long before the story's end
+    assert {"capital", "germany"} <= set(question_turn.user.lower().replace("?", "").split())
+    assert question_turn.error is None and not question_turn.cancelled and question_turn.audio_s > 0
