@@ -52,7 +52,6 @@ class Listener:
         self.microphone = microphone
         self.segmenter = SpeechSegmenter(config)
         self.echo = echo
-        self.speech_started = asyncio.Event()  # set while the user is speaking
 
     @staticmethod
     async def warm_up() -> None:
@@ -116,10 +115,6 @@ class Listener:
             if current and offered is None and guess[1].done():
                 offered = guess[0]
                 yield HeardLine(guess[1].result().strip(), at(offered[0]), at(offered[1]), time.perf_counter_ns(), guess=True)
-            if self.segmenter.in_speech:
-                self.speech_started.set()
-            else:
-                self.speech_started.clear()
             while pending and pending[0].done():
                 yield pending.pop(0).result()
         for utterance in self.segmenter.flush():

@@ -8,9 +8,10 @@ The words and audio stages are the pipeline driver every command runs (`tts.infe
 
 The sink stamps the first audible sample as played. `interrupt()` (new input, Ctrl-C) cancels every stage,
 flushes queued audio and releases the synthesizer; the turn still returns its record. A spoken turn may start on
-the VAD's guess that the user has finished (`held=True`): it runs silently until `confirm()`, or `retract()` drops it. An LLM that fails
-mid-reply ends its stage with a one-line error: the words already received are still spoken. A bug in any stage
-ends only its turn: one line in the record and on screen, the traceback in the log (`agent/logs.py`).
+the VAD's guess that the user has finished (`held=True`): it runs silently until `confirm()`, or `retract()` drops
+it. An LLM that fails mid-reply ends its stage with a one-line error: the words already received are still spoken.
+A bug in any stage ends only its turn: one line in the record and on screen, the traceback in the log
+(`agent/logs.py`).
 """
 from __future__ import annotations
 
