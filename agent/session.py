@@ -181,11 +181,15 @@ class SpokenTurns:
                 self.agent.retract()  # the user went on: the turn started on the guess goes, unheard
                 self.guess = None
             return None
-        if not event.guess and guess is not None and guess.span == span_of(event):
-            guess.confirmed = True
-            self.agent.confirm()  # the pause was the end: the answer may play
-            return None
-        if speaking and not self.full_duplex:
+        replaces_guess = False
+        if not event.guess and guess is not None and not guess.confirmed:
+            if guess.span == span_of(event):
+                guess.confirmed = True
+                self.agent.confirm()  # the pause was the end: the answer may play
+                return None
+            self.agent.retract()  # the utterance ended elsewhere (e.g. cut at the length limit): not what was guessed
+            self.guess, replaces_guess = None, True
+        if speaking and not self.full_duplex and not replaces_guess:
             return None  # half-duplex: what the microphone hears now is mostly the agent itself
         if event.cut:
             self.say("[yellow](you spoke past the length limit: cut there)[/]")

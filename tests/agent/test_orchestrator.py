@@ -210,3 +210,27 @@ def test_a_turn_started_on_a_guess_is_silent_until_confirmed_and_a_retracted_one
 
     first = asyncio.run(run())
     assert [m["content"] for m in agent.history] == [first.user, first.reply]  # the retracted turn left no trace
+
+
+def test_a_final_line_of_another_span_replaces_the_guess(bundles):
+    """The utterance ended elsewhere than guessed (cut at the length limit): the held turn goes, the line is new."""
+    import time
+
+    from agent.listen import HeardLine
+    from agent.session import SpokenTurns
+
+    agent, sink = make_agent(bundles, [("Is it", "Yes."), ("Is it raining today", "No.")])
+    spoken = SpokenTurns(agent, full_duplex=False)
+
+    async def run():
+        now = time.perf_counter_ns()
+        guess = HeardLine("Is it", now - int(1e9), now - int(0.5e9), now, guess=True)
+        spoken.on_event(guess, speaking=False)
+        turn = asyncio.create_task(spoken.run_turn(guess.text, guess))
+        await asyncio.sleep(0.2)
+        final = HeardLine("Is it raining today", guess.speech_start_ns, now, time.perf_counter_ns(), cut=True)
+        assert spoken.on_event(final, speaking=True) is final  # even half-duplex: it is the user's line
+        return await turn
+
+    held = asyncio.run(run())
+    assert held.retracted and held.started_on_guess and sink.stats.first_played_ns is None
