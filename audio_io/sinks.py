@@ -75,8 +75,12 @@ class ClockSink:
     def release(self) -> None:
         """A held turn may play now: what is queued starts as it would have (buffer full, or the turn ended)."""
         self._held = False
-        if self._clock is None and self._waiting and (self._turn_ended or sum(len(w) for w in self._waiting) >= self.start_samples):
+        if self._clock is None and self._waiting and (self._turn_ended or self._buffer_full()):
             self._start(self._play_after_ns)
+
+    def _buffer_full(self) -> bool:
+        """Enough audio waits to fill the jitter buffer."""
+        return sum(len(w) for w in self._waiting) >= self.start_samples
 
     def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None:
         """play_after_ns: do not start the turn before then (the engine's pacing prebuffer)."""
@@ -86,7 +90,7 @@ class ClockSink:
         if self._clock is None:  # not playing yet: fill the jitter buffer first
             self._play_after_ns = max(self._play_after_ns, play_after_ns or 0)
             self._waiting.append(samples)
-            if not self._held and sum(len(w) for w in self._waiting) >= self.start_samples:
+            if not self._held and self._buffer_full():
                 self._start(self._play_after_ns)
             return
         self._play(samples)
@@ -294,8 +298,11 @@ class DeviceSink:
 
     def _ready_to_start(self, now: int) -> bool:
         """The jitter buffer is full and the prebuffer time (if any) has passed. Called with the lock held."""
-        queued = sum(len(q) for q in self._queue) - self._offset
-        return not self._held and queued >= self.start_samples and now >= self._play_after_ns
+        return not self._held and self._queued() >= self.start_samples and now >= self._play_after_ns
+
+    def _queued(self) -> int:
+        """Samples written and not yet played. Called with the lock held."""
+        return sum(len(q) for q in self._queue) - self._offset
 
     def write(self, samples: np.ndarray, play_after_ns: int | None = None) -> None:
         """play_after_ns: do not start the turn before then (the engine's pacing prebuffer)."""
@@ -308,7 +315,7 @@ class DeviceSink:
                 self._end_gap(time.perf_counter_ns())
             self._queue.append(np.clip(samples, -1.0, 1.0).astype(np.float32))  # never wrap around on overflow
             self._idle.clear()
-            queued = sum(len(q) for q in self._queue) - self._offset
+            queued = self._queued()
             self._started = self._started or self._ready_to_start(time.perf_counter_ns())  # buffer full: play
             self.stats.last_sample_ns = time.perf_counter_ns() + round(queued / self.sample_rate * 1e9)
 
@@ -327,7 +334,7 @@ class DeviceSink:
 
     def flush(self) -> int:
         with self._lock:
-            dropped = sum(len(q) for q in self._queue) - self._offset
+            dropped = self._queued()
             self._queue.clear()
             self._offset = 0
             self._dry_since = None
