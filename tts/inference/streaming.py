@@ -258,8 +258,7 @@ class StreamingSynthesizer:
         if self._seed is not None:  # a different but reproducible seed per sentence
             config = SynthesisConfig(**{**vars(self.config), "seed": self._seed + len(self._segments) + self.times.words})
         segment = UtteranceSynthesizer(self.bundle, config, self.prompt)
-        for word in words:
-            segment.push_word(word)
+        segment.push_words(words)
         if self.mode != "s5":
             segment.end()
         self._segments.append(segment)
@@ -272,8 +271,7 @@ class StreamingSynthesizer:
         if self.mode == "s5":
             if not self._segments:
                 self._new_segment([])
-            for word in words:
-                self._segments[-1].push_word(word)
+            self._segments[-1].push_words(words)  # arrived together: one encoder pass
             if ended and not self._input_done:
                 self._segments[-1].end()
         else:

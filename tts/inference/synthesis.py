@@ -119,20 +119,29 @@ class UtteranceSynthesizer:
     def push_word(self, word: str) -> bool:
         """One spoken word (already normalised, punctuation attached). Returns False if it has no phonemes
         besides punctuation (nothing to say: it is skipped)."""
+        return self.push_words([word])[0]
+
+    def push_words(self, words: list[str]) -> list[bool]:
+        """Words that arrived together, encoded in one pass (a number's many words cost one encoder call)."""
+        if not words:
+            return []
         if self.ended:
             raise RuntimeError("push_word after end()")
-        ids = self.bundle.g2p.encode_words([word])[0]
-        if all(self.bundle.symbols.symbols[i] in SPOKEN_PUNCTUATION for i in ids):
-            return False  # nothing but punctuation (or nothing at all): no sound to make
-        self.encoder.push_word(ids)
-        self.words.append(word)
-        rate = self.bundle.codec.frame_rate
-        phonemes = sum(self.bundle.symbols.symbols[i] not in SPOKEN_PUNCTUATION for i in ids)
-        by_length = round((0.2 + self.config.max_seconds_per_phoneme * phonemes) * rate) if self.config.max_seconds_per_phoneme else self.max_frames_per_word
-        self.word_caps.append(max(1, min(self.max_frames_per_word, by_length)))
-        minimum = max(self.config.min_frames_per_word, round(self.config.min_seconds_per_phoneme * phonemes * rate))
-        self.word_minimums.append(min(minimum, self.word_caps[-1]))
-        return True
+        symbols, rate = self.bundle.symbols.symbols, self.bundle.codec.frame_rate
+        kept, spoken = [], []
+        for word, ids in zip(words, self.bundle.g2p.encode_words(words)):
+            phonemes = sum(symbols[i] not in SPOKEN_PUNCTUATION for i in ids)
+            spoken.append(phonemes > 0)
+            if not phonemes:
+                continue  # nothing but punctuation (or nothing at all): no sound to make
+            kept.append(ids)
+            self.words.append(word)
+            by_length = round((0.2 + self.config.max_seconds_per_phoneme * phonemes) * rate) if self.config.max_seconds_per_phoneme else self.max_frames_per_word
+            self.word_caps.append(max(1, min(self.max_frames_per_word, by_length)))
+            minimum = max(self.config.min_frames_per_word, round(self.config.min_seconds_per_phoneme * phonemes * rate))
+            self.word_minimums.append(min(minimum, self.word_caps[-1]))
+        self.encoder.push_words(kept)
+        return spoken
 
     def end(self) -> None:
         self.ended = True

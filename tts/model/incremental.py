@@ -58,15 +58,24 @@ class IncrementalEncoder:
     @torch.no_grad()
     def push_word(self, token_ids: list[int]) -> None:
         """Add the phoneme ids of the next word (its punctuation included)."""
+        self.push_words([token_ids])
+
+    @torch.no_grad()
+    def push_words(self, words: list[list[int]]) -> None:
+        """Add several words at once (a number that expands to many): one pass through each layer for all of
+        them, the same slots as pushing them one by one."""
         if self.ended:
             raise RuntimeError("push_word after end()")
-        if not token_ids:
+        if any(not ids for ids in words):
             raise ValueError("a word needs at least one token")
+        if not words:
+            return
+        first = len(self.word_starts) + 1
         if not self.word_starts:
-            token_ids = [TEXT_BOS, *token_ids]
-        self._add_word(list(token_ids))
+            words = [[TEXT_BOS, *words[0]], *words[1:]]
+        self._add_words([list(ids) for ids in words])
         if self.k is not None:
-            self._emit_group(len(self.word_starts))
+            self._emit_groups(range(first, len(self.word_starts) + 1))
 
     @torch.no_grad()
     def end(self) -> None:
@@ -76,15 +85,14 @@ class IncrementalEncoder:
         self.ended = True
         if not self.word_starts:
             return
-        self._add_word([TEXT_EOS])
+        self._add_words([[TEXT_EOS]])
         last = len(self.word_starts)
         if self.k is None:  # full context: encode the whole text once
             encoded = self.model.encode(torch.tensor([self.tokens]), torch.tensor([self.word_ids]))[0, :, 0]  # (T, C)
             T = len(self.tokens)
             self.unread.append(SlotUpdate(encoded, torch.tensor(self.word_ids), torch.zeros(T, dtype=torch.long), torch.arange(T)))
             return
-        for horizon in range(last, last + self.k + 1):
-            self._emit_group(horizon)
+        self._emit_groups(range(last, last + self.k + 1))
 
     def read_slots(self) -> SlotUpdate | None:
         """Slots made final since the last read (append-only), or None."""
@@ -94,22 +102,23 @@ class IncrementalEncoder:
         return SlotUpdate(*(torch.cat(parts) for parts in zip(*((g.states, g.words, g.versions, g.tokens) for g in groups))))
 
     # ---- internals -----------------------------------------------------------------------------------------
-    def _add_word(self, token_ids: list[int]) -> None:
-        word = len(self.word_starts) + 1
+    def _add_words(self, words: list[list[int]]) -> None:
         start = len(self.tokens)
-        self.word_starts.append(start)
-        self.tokens.extend(token_ids)
-        self.word_ids.extend([word] * len(token_ids))
+        for token_ids in words:
+            self.word_starts.append(len(self.tokens))
+            self.word_ids.extend([len(self.word_starts)] * len(token_ids))
+            self.tokens.extend(token_ids)
         if self.k is None:
             return  # T5 mode encodes everything at end()
-        n = len(token_ids)
-        x = self.model.embed_text(torch.tensor([token_ids]), torch.arange(start, start + n))
-        mask = torch.ones(n, start + n, dtype=torch.bool)  # word-causal: own word and every earlier word
+        n = len(self.tokens) - start
+        x = self.model.embed_text(torch.tensor([self.tokens[start:]]), torch.arange(start, start + n))
+        word_ids = torch.tensor(self.word_ids)
+        mask = word_ids[None, :] <= word_ids[start:, None]  # (n, start + n) word-causal: own word and earlier ones
         for i, layer in enumerate(self.model.encoder_layers[:-1]):
             k_new, v_new = layer.keys_values(x)
             self.lower_k[i] = torch.cat([self.lower_k[i], k_new], dim=2)
             self.lower_v[i] = torch.cat([self.lower_v[i], v_new], dim=2)
-            width = layer.ffn.kernel - 1
+            width = layer.ffn.kernel - 1  # the FFN convolution is causal: earlier tokens only
             history = self.lower_ffn_in[i][:, max(0, start - width):]
             history = torch.cat([history.new_zeros(1, width - history.shape[1], history.shape[2]), history], dim=1)
             x, ffn_in = layer(x, mask, (self.lower_k[i], self.lower_v[i]), history)
@@ -119,21 +128,28 @@ class IncrementalEncoder:
         self.top_k = torch.cat([self.top_k, k_new], dim=2)
         self.top_v = torch.cat([self.top_v, v_new], dim=2)
 
-    def _emit_group(self, horizon: int) -> None:
-        """Slots whose horizon is `horizon`: version j of word horizon - j, j = 0..k. They all see exactly the
-        words <= horizon, so the lookahead layer runs once with every present key up to there visible."""
+    def _emit_groups(self, horizons: range) -> None:
+        """Slots whose horizon is in `horizons`: version j of word h - j, j = 0..k. Each sees exactly the words
+        <= h, so the lookahead layer runs once for all of them, every row masked at its own horizon."""
         assert self.k is not None
         present = len(self.word_starts)
-        members = [(horizon - j, j) for j in range(self.k + 1) if 1 <= horizon - j <= present]
-        if not members:
+        groups = [(h, [(h - j, j) for j in range(self.k + 1) if 1 <= h - j <= present]) for h in horizons]
+        groups = [(h, members) for h, members in groups if members]
+        if not groups:
             return
-        keys_end = self._word_span(min(horizon, present))[1]
-        spans = [self._word_span(m) for m, _ in members]
-        tokens = torch.cat([torch.arange(a, b) for a, b in spans])
-        versions = torch.cat([torch.full((b - a,), j) for (a, b), (_, j) in zip(spans, members)])
+        tokens, versions, keys_ends = [], [], []
+        for h, members in groups:
+            keys_end = self._word_span(min(h, present))[1]
+            for m, j in members:
+                a, b = self._word_span(m)
+                tokens.append(torch.arange(a, b))
+                versions.append(torch.full((b - a,), j))
+                keys_ends.append(torch.full((b - a,), keys_end))
+        tokens, versions, keys_ends = torch.cat(tokens), torch.cat(versions), torch.cat(keys_ends)
+        width = int(keys_ends.max())
+        mask = torch.arange(width)[None, :] < keys_ends[:, None]  # (rows, width)
         top = self.model.encoder_layers[-1]
-        kv = (self.top_k[:, :, :keys_end], self.top_v[:, :, :keys_end])
-        out, _ = top(self.top_in[:, tokens], torch.ones(len(tokens), keys_end, dtype=torch.bool), kv)
+        out, _ = top(self.top_in[:, tokens], mask, (self.top_k[:, :, :width], self.top_v[:, :, :width]))
         words = torch.tensor(self.word_ids)[tokens]
         self.unread.append(SlotUpdate(self.model.encoder_norm(out)[0], words, versions, tokens))
 

@@ -95,6 +95,23 @@ def test_encoder_slots_match_full_encoder_versions():
         assert (state - full[t, j]).abs().max() <= 1e-5, (t, j)
 
 
+@pytest.mark.parametrize("lookahead", [2, 1, 0])
+def test_pushing_words_together_equals_one_by_one(lookahead):
+    """A number that expands to many words arrives at once: one pass for all of them, the same slots."""
+    model = S5TTS(tiny_config(lookahead)).eval()
+    words = _random_words(torch.Generator().manual_seed(11), 9)
+    single, batched = IncrementalEncoder(model), IncrementalEncoder(model)
+    for w in words:
+        single.push_word(w)
+    for group in (words[:1], words[1:2], words[2:7], words[7:]):
+        batched.push_words(group)
+    single.end(), batched.end()
+    a, b = single.read_slots(), batched.read_slots()
+    for name in ("words", "versions", "tokens"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert (a.states - b.states).abs().max() <= 1e-5
+
+
 def test_encoder_never_recomputes_finished_words():
     model = S5TTS(tiny_config(2)).eval()
     encoder = IncrementalEncoder(model)
