@@ -209,6 +209,7 @@ class Agent:
         record.underruns, record.underrun_ms = stats.underruns, round(stats.underrun_ms, 1)
         record.gaps = gap_report(stats, stamps)
         record.paced_ms = round(times.paced_s * 1000, 1)
+        record.opening_hold_ms = round(times.opening_hold_ms, 1)
         record.frames = times.frames
         record.frames_per_word = round(times.frames / times.words, 2) if times.words else None
         record.rtf = round(times.compute_ns / 1e9 / record.audio_s, 3) if record.audio_s else None

@@ -38,6 +38,7 @@ class TurnRecord:
     underrun_ms: float = 0.0
     gaps: list[dict] = field(default_factory=list)  # per underrun: at_s, ms, the words before and after it
     paced_ms: float = 0.0  # audio added by slowing down while the LLM was behind the voice
+    opening_hold_ms: float = 0.0  # a short first word waited this long for the next word's text (no gap after it)
     rtf: float | None = None
     frames: int = 0
     frames_per_word: float | None = None
@@ -103,6 +104,8 @@ class TurnRecord:
                  f"underruns {self.underruns}"]
         if self.paced_ms:
             parts.append(f"paced +{self.paced_ms:.0f} ms")
+        if self.opening_hold_ms:
+            parts.append(f"first word held {self.opening_hold_ms:.0f} ms")
         if self.cancelled:
             parts.append("interrupted" + (f", silent {self.barge_in_ms:.0f} ms later" if self.barge_in_ms is not None else ""))
         if self.error:

@@ -53,9 +53,10 @@ class SpeechStamps:
     chunk_words: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)  # (starts at audio second, words)
 
     def words_around(self, at_s: float) -> tuple[str, str]:
-        """The words of the chunks just before and just after audio second `at_s` (where a gap fell)."""
-        before = [w for start, w in self.chunk_words if start < at_s - 1e-6]
-        after = [w for start, w in self.chunk_words if start >= at_s - 1e-6]
+        """The words completed just before audio second `at_s` (where a gap fell) and the next word completed
+        after it (a chunk sent mid-word names no word: the word it starts is completed by a later chunk)."""
+        before = [w for start, w in self.chunk_words if start < at_s - 1e-6 and w]
+        after = [w for start, w in self.chunk_words if start >= at_s - 1e-6 and w]
         return " ".join(before[-1] if before else ()), " ".join(after[0] if after else ())
 
 

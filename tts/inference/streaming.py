@@ -20,6 +20,13 @@ at the same pitch so the audio lasts until the text catches up, and asks the pla
 a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
 not drain it. Pacing applies only while words come slower than 5 per second; an LLM stream (10-30 words/s) is
 never stretched or held.
+
+A short opening word (s5, LLM-speed text): when the first word is done but the next may not start yet (its
+lookahead words are still arriving, e.g. the many tokens of "$738.67,"), playing the first word at once would leave
+the player dry before the second is rendered. Its frames wait until the next word's text is in (at most
+`MAX_OPENING_HOLD_S`). Whenever the player has less than `LOW_BUFFER_S` of audio ahead (by the engine's own
+clock of what it emitted), frames leave every `LOW_BUFFER_STEPS` steps instead of at the end of a word: smaller
+units cost more per frame, so only while the buffer is low, and not for slow text (the pacer has it in hand).
 """
 from __future__ import annotations
 
@@ -56,6 +63,10 @@ PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short word
 MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
 S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
+SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
+MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
+LOW_BUFFER_S = 0.2  # s5: with less audio than this ahead of the player, frames leave mid-word...
+LOW_BUFFER_STEPS = 3  # ...every this many decoder steps, until the buffer has grown back
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
@@ -110,6 +121,7 @@ class UtteranceTimes:
     frames: int = 0
     paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
     prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
+    opening_hold_ms: float = 0.0  # how long a short opening word waited for the next word's text
     words: int = 0
     capped_words: int = 0
 
@@ -178,6 +190,8 @@ class StreamingSynthesizer:
         stretchable = self._codec_stream.supports_stretch
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
+        self._opening_hold_until_ns: int | None = None  # a short opening word waits for the next one until then
+        self._audio_until_ns: int | None = None  # when the audio emitted so far will have played out
         self._seed = self.config.seed
         self._closed = False
         self._unit: asyncio.Future | None = None  # the worker unit in flight
@@ -247,10 +261,21 @@ class StreamingSynthesizer:
                 if state == "done":
                     return
                 if state == "idle":
-                    await self._wake.wait()
+                    await self._wait_for_input()
         finally:
             if (self._closed or self._input_done) and not self.busy:  # else aclose() releases after the unit
                 self._release()
+
+    async def _wait_for_input(self) -> None:
+        """Until a word arrives (or the end); a held opening word is released at its deadline."""
+        if self._opening_hold_until_ns is None:
+            await self._wake.wait()
+            return
+        timeout = max(0.0, (self._opening_hold_until_ns - time.perf_counter_ns()) / 1e9)
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
 
     # ---- worker thread ------------------------------------------------------------------------------------
     def _new_segment(self, words: list[str]) -> None:
@@ -302,11 +327,20 @@ class StreamingSynthesizer:
                 return self._emit_tail(started), "done"
             return None, "idle"
         segment = self._segments[0]
+        if self._opening_hold_until_ns is not None and (started >= self._opening_hold_until_ns or segment.ready()):
+            chunk = self._render(segment)  # the next word's text is in (or late): play what we have
+            self.times.compute_ns += time.perf_counter_ns() - started
+            return chunk, "progress"
         if not segment.ready():
             return None, "idle"
         if self.mode == "s5":
-            completed = segment.step(max_frames=S5_STEPS_PER_UNIT, stop_at_word=True)
-            emit = bool(completed) or segment.finished
+            low = self._audio_ahead_ns(started) < LOW_BUFFER_S * 1e9 and not (self._pacer and Pacer.paces(self._text_interval_ns()))
+            completed = segment.step(max_frames=LOW_BUFFER_STEPS if low else S5_STEPS_PER_UNIT, stop_at_word=True)
+            emit = bool(completed) or segment.finished or low
+            if emit and self._holds_opening(segment):
+                if self._opening_hold_until_ns is None:
+                    self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
+                emit = False
         else:
             completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))
             emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
@@ -319,7 +353,32 @@ class StreamingSynthesizer:
         self.times.compute_ns += time.perf_counter_ns() - started
         return chunk, "progress"
 
+    def _holds_opening(self, segment: UtteranceSynthesizer) -> bool:
+        """Should the opening word just completed wait for the next one? Only the first chunk of an utterance, only
+        when it is short and the next word must wait for text, and only for LLM-speed text (slow text is paced)."""
+        if self.times.first_chunk_ns is not None or self._cursor or segment.finished:
+            return False
+        with self._lock:  # words that came in while the unit ran may already free the next word (not encoded
+            arrived, ended = len(self._pending), self._ended  # here: that would delay this chunk)
+        if ended or segment.ready() or len(segment.words) + arrived >= segment.current + self.k:
+            return False
+        if Pacer.paces(self._text_interval_ns()):
+            return False
+        return self._unrendered_s(segment) < SHORT_OPENING_S
+
+    def _unrendered_s(self, segment: UtteranceSynthesizer) -> float:
+        return (len(segment.frames) - self._cursor) / self.bundle.codec.frame_rate
+
+    def _audio_ahead_ns(self, now_ns: int) -> float:
+        """Audio emitted but not yet played, if the player started each chunk as it left (inf before the first:
+        the opening word is never cut short)."""
+        return float("inf") if self._audio_until_ns is None else self._audio_until_ns - now_ns
+
     def _render(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
+        if self._opening_hold_until_ns is not None:
+            held_since = self._opening_hold_until_ns - round(MAX_OPENING_HOLD_S * 1e9)
+            self.times.opening_hold_ms = (time.perf_counter_ns() - held_since) / 1e6
+            self._opening_hold_until_ns = None
         new = segment.frames[self._cursor :]
         if not new:
             return None
@@ -342,6 +401,10 @@ class StreamingSynthesizer:
         play_after = None
         if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
             play_after, self._play_after_ns = self._play_after_ns, None
+        if len(audio):
+            now = time.perf_counter_ns()
+            starts = max(self._audio_until_ns or now, now, play_after or 0)
+            self._audio_until_ns = starts + round(len(audio) / self.sample_rate * 1e9)
         words, self._words_done = tuple(self._words_done), []
         return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after,
                           words=words)

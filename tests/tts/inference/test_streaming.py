@@ -1,5 +1,6 @@
 """The streaming engine on a tiny random model: when audio may leave, what it carries, stress and cancellation."""
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from audio_io.levels import first_audible_sample
 from tts.inference.pipeline import join_chunks, speak
-from tts.inference.streaming import Pacer, StreamingSynthesizer
+from tts.inference.streaming import MAX_OPENING_HOLD_S, Pacer, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()
@@ -206,3 +207,33 @@ def test_each_chunk_names_its_words_so_a_gap_can_be_traced(tiny_bundle):
     gaps = gap_report(PlaybackStats(gaps=[[second_start, 42.0]]), speech.stamps)
     assert gaps == [{"at_s": round(second_start, 2), "ms": 42.0, "before": " ".join(speech.stamps.chunk_words[0][1]),
                      "after": " ".join(second_words)}]
+
+
+async def _words_with_a_pause(words, pause_after: int, pause_s: float, arrivals: list):
+    """All words at once, except a pause before word pause_after + 1 (a number's many tokens still arriving)."""
+    for i, word in enumerate(words):
+        if i == pause_after:
+            await asyncio.sleep(pause_s)
+        arrivals.append(time.perf_counter_ns())
+        yield word
+
+
+@pytest.mark.parametrize("pause_s, held", [(0.25, True), (1.0, False)])
+def test_a_short_opening_word_waits_for_the_next_words_text(tiny_bundle, pause_s, held):
+    """"Your | balance is $738.67": word 2 needs word 4, whose text comes late. The short first word waits for it
+    (so the player does not run dry after it), but never longer than MAX_OPENING_HOLD_S; the speech is the same."""
+    from audio_io.sinks import ClockSink
+    from tts.inference.pipeline import Speech
+
+    bundle, config = tiny_bundle(2), synth_config(min_frames_per_word=4, max_frames_per_word=4)  # 0.16 s words
+    offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=config))
+    arrivals: list[int] = []
+    synth = StreamingSynthesizer(bundle, "s5", config)
+    speech = Speech(synth, ClockSink(bundle.codec.sample_rate, pace=False), keep_chunks=True)
+    result = run(speech.run(_words_with_a_pause(WORDS, 3, pause_s, arrivals)))
+    first = next(c for c in result.chunks if len(c.samples))
+    assert (first.created_ns > arrivals[3]) is held  # word 4 ("friend.") lets word 2 start
+    assert result.times.opening_hold_ms > 0 and (pause_s > MAX_OPENING_HOLD_S) is not held
+    assert torch.equal(join_codes(offline), join_codes(result.chunks))  # timing changes, never the speech
+    mid_word = [c for c in result.chunks[1:] if c.frames and not c.words]
+    assert mid_word, "with little audio ahead of the player, frames should leave before their word is complete"
