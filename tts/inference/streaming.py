@@ -24,9 +24,11 @@ never stretched or held.
 A short opening word (s5, LLM-speed text): when the first word is done but the next may not start yet (its
 lookahead words are still arriving, e.g. the many tokens of "$738.67,"), playing the first word at once would leave
 the player dry before the second is rendered. Its frames wait until the next word's text is in (at most
-`MAX_OPENING_HOLD_S`). Whenever the player has less than `LOW_BUFFER_S` of audio ahead (by the engine's own
-clock of what it emitted), frames leave every `LOW_BUFFER_STEPS` steps instead of at the end of a word: smaller
-units cost more per frame, so only while the buffer is low, and not for slow text (the pacer has it in hand).
+`MAX_OPENING_HOLD_S`). After the opening word, until `SMALL_UNITS_UNTIL_S` of audio has left, frames leave every
+`SMALL_UNIT_STEPS` steps instead of at the end of a word, so that the second word starts playing before the short
+first one has run out. Smaller units cost more per frame, so only there, and not for slow text (the pacer has it
+in hand). The rule depends on the codes alone, not on timing, so the same codes are always cut into the same
+chunks (the WORLD renderer's output depends on where pushes fall, and a seeded voice stays reproducible).
 """
 from __future__ import annotations
 
@@ -65,8 +67,8 @@ PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder st
 S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
 SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
 MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
-LOW_BUFFER_S = 0.2  # s5: with less audio than this ahead of the player, frames leave mid-word...
-LOW_BUFFER_STEPS = 3  # ...every this many decoder steps, until the buffer has grown back
+SMALL_UNITS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
+SMALL_UNIT_STEPS = 3  # ...every this many decoder steps
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
@@ -191,7 +193,7 @@ class StreamingSynthesizer:
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self._opening_hold_until_ns: int | None = None  # a short opening word waits for the next one until then
-        self._audio_until_ns: int | None = None  # when the audio emitted so far will have played out
+        self._emitted_s = 0.0  # audio rendered so far
         self._seed = self.config.seed
         self._closed = False
         self._unit: asyncio.Future | None = None  # the worker unit in flight
@@ -334,9 +336,9 @@ class StreamingSynthesizer:
         if not segment.ready():
             return None, "idle"
         if self.mode == "s5":
-            low = self._audio_ahead_ns(started) < LOW_BUFFER_S * 1e9 and not (self._pacer and Pacer.paces(self._text_interval_ns()))
-            completed = segment.step(max_frames=LOW_BUFFER_STEPS if low else S5_STEPS_PER_UNIT, stop_at_word=True)
-            emit = bool(completed) or segment.finished or low
+            small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not (self._pacer and Pacer.paces(self._text_interval_ns()))
+            completed = segment.step(max_frames=SMALL_UNIT_STEPS if small else S5_STEPS_PER_UNIT, stop_at_word=True)
+            emit = bool(completed) or segment.finished or small
             if emit and self._holds_opening(segment):
                 if self._opening_hold_until_ns is None:
                     self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
@@ -369,10 +371,6 @@ class StreamingSynthesizer:
     def _unrendered_s(self, segment: UtteranceSynthesizer) -> float:
         return (len(segment.frames) - self._cursor) / self.bundle.codec.frame_rate
 
-    def _audio_ahead_ns(self, now_ns: int) -> float:
-        """Audio emitted but not yet played, if the player started each chunk as it left (inf before the first:
-        the opening word is never cut short)."""
-        return float("inf") if self._audio_until_ns is None else self._audio_until_ns - now_ns
 
     def _render(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
         if self._opening_hold_until_ns is not None:
@@ -401,10 +399,7 @@ class StreamingSynthesizer:
         play_after = None
         if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
             play_after, self._play_after_ns = self._play_after_ns, None
-        if len(audio):
-            now = time.perf_counter_ns()
-            starts = max(self._audio_until_ns or now, now, play_after or 0)
-            self._audio_until_ns = starts + round(len(audio) / self.sample_rate * 1e9)
+        self._emitted_s += len(audio) / self.sample_rate
         words, self._words_done = tuple(self._words_done), []
         return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after,
                           words=words)
