@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def split_punctuation(word: str) -> tuple[str, list[str]]:
 
 
 class G2P:
-    """One espeak backend per process (start-up is the cost); per-word results are cached."""
+    """One espeak backend per process (start-up is the cost); per-word results are cached. The backend is not
+    thread-safe (two sessions of `s5 serve` phonemizing at once got each other's lines), so calls take a lock."""
 
     def __init__(self, language: str = "en-us", symbols: SymbolTable | None = None):
         from phonemizer.backend import EspeakBackend
@@ -77,16 +79,18 @@ class G2P:
         self.symbols = symbols or SymbolTable.default()
         self._backend = EspeakBackend(language, with_stress=True, language_switch="remove-flags")
         self._cache: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
 
     def _phonemize(self, cores: list[str]) -> None:
         from phonemizer.separator import Separator
 
-        todo = sorted({c for c in cores if c and c not in self._cache})
-        if not todo:
-            return
-        out = self._backend.phonemize(todo, separator=Separator(phone="", word=" "), strip=True, njobs=1)
-        for core, ipa in zip(todo, out):
-            self._cache[core] = [ch for ch in ipa if not ch.isspace()]
+        with self._lock:
+            todo = sorted({c for c in cores if c and c not in self._cache})
+            if not todo:
+                return
+            out = self._backend.phonemize(todo, separator=Separator(phone="", word=" "), strip=True, njobs=1)
+            for core, ipa in zip(todo, out):
+                self._cache[core] = [ch for ch in ipa if not ch.isspace()]
 
     def word_symbols(self, words: list[str]) -> list[list[str]]:
         """Spoken words (punctuation attached) -> IPA symbols per word, punctuation marks as their own symbols."""

@@ -49,6 +49,20 @@ def g2p():
     return G2P()
 
 
+def test_g2p_from_several_threads_gives_each_its_own_words():
+    """`s5 serve` runs two sessions' synthesis in two threads over one G2P: their calls must not mix."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = [text.split() for text in ("alpha bravo charlie delta echo", "foxtrot golf hotel india juliet",
+                                         "kilo lima mike november oscar", "papa quebec romeo sierra tango",
+                                         "uniform victor whiskey xray yankee", "zulu morning evening river stone")]
+    expected = [G2P().word_symbols(batch) for batch in batches]
+    for _ in range(3):
+        shared = G2P()  # an empty cache: every call goes to espeak
+        with ThreadPoolExecutor(len(batches)) as pool:
+            assert list(pool.map(shared.word_symbols, batches)) == expected
+
+
 def test_word_by_word_g2p_matches_whole_sentence(g2p):
     """The streaming path (normaliser fed piece by piece, a fresh G2P call per word, no cache) against the
     offline path (whole text normalised, all words phonemised in one espeak call): >= 98% of words identical."""
@@ -60,7 +74,7 @@ def test_word_by_word_g2p_matches_whole_sentence(g2p):
             for i, piece in enumerate(line.split()):
                 for word in normalizer.push(piece, line_start=i == 0):
                     fresh = G2P.__new__(G2P)
-                    fresh.symbols, fresh._backend, fresh._cache = g2p.symbols, g2p._backend, {}
+                    fresh.symbols, fresh._backend, fresh._cache, fresh._lock = g2p.symbols, g2p._backend, {}, g2p._lock
                     ids = fresh.encode_words([word])[0]
                     if ids:
                         streaming.append(ids)
