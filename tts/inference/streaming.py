@@ -5,7 +5,8 @@ loop; iterate `chunks()` for `AudioChunk`s. Model work runs in a worker thread i
 steps), so the event loop stays free and cancellation takes effect within one unit.
 
 Modes (DESIGN.md section 4):
-- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes.
+- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes (the
+  words right after the opening one a few frames at a time: see the end of this docstring).
 - `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps. The paper emits every 30
   steps at 86 frames/s (S5's average frames per word there); by default we emit its time equivalent, 0.35 s of
   frames (8 at 21.5 frames/s), so the comparison stays fair at our frame rate.
@@ -370,7 +371,6 @@ class StreamingSynthesizer:
 
     def _unrendered_s(self, segment: UtteranceSynthesizer) -> float:
         return (len(segment.frames) - self._cursor) / self.bundle.codec.frame_rate
-
 
     def _render(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
         if self._opening_hold_until_ns is not None:
