@@ -337,7 +337,7 @@ class StreamingSynthesizer:
         if not segment.ready():
             return None, "idle"
         if self.mode == "s5":
-            small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not (self._pacer and Pacer.paces(self._text_interval_ns()))
+            small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not Pacer.paces(self._text_interval_ns())
             completed = segment.step(max_frames=SMALL_UNIT_STEPS if small else S5_STEPS_PER_UNIT, stop_at_word=True)
             emit = bool(completed) or segment.finished or small
             if emit and self._holds_opening(segment):
