@@ -363,7 +363,7 @@ class StreamingSynthesizer:
             return False
         with self._lock:  # words that came in while the unit ran may already free the next word (not encoded
             arrived, ended = len(self._pending), self._ended  # here: that would delay this chunk)
-        if ended or segment.ready() or len(segment.words) + arrived >= segment.current + self.k:
+        if ended or len(segment.words) + arrived >= segment.current + self.k:  # segment.ready(), counting arrivals
             return False
         if Pacer.paces(self._text_interval_ns()):
             return False
