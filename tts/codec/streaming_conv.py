@@ -18,8 +18,9 @@ class StreamConv1d(nn.Conv1d):
     """Stride-1 Conv1d, zero-padded with `left` frames before and `right` after the sequence: (B, C, T) -> (B, C', T).
     right=None pads symmetrically ('same'); right=0 is causal. Streaming, it lags its input by `right` frames."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, right: int | None = None):
-        super().__init__(c_in, c_out, kernel, dilation=dilation)
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, right: int | None = None,
+                 groups: int = 1):
+        super().__init__(c_in, c_out, kernel, dilation=dilation, groups=groups)
         span = (kernel - 1) * dilation
         self.right = span // 2 if right is None else right
         self.left = span - self.right

@@ -6,8 +6,9 @@ exact results (`streaming_conv`), so `StreamingVocoder` produces the offline wav
 re-rendering and no crossfade: a pushed mel frame becomes audio once the frames its receptive field needs to its
 right have arrived (`Vocoder.lookahead_frames`, about 13 frames), or at `flush()`.
 
-A vocoder is named by "universal" (the package's V1) or by a folder holding `vocoder.json` (a `VocoderConfig`) and
-`vocoder.safetensors`: a cheaper generator distilled from V1 (`tts/vocoder_train.py`).
+A vocoder is named by "universal" (the package's V1) or by a folder holding `vocoder.json` (a `VocoderConfig`, or an
+`IstftVocoderConfig` with "kind": "istft") and `vocoder.safetensors`: a cheaper HiFi-GAN distilled from V1
+(`tts/training/vocoder_train.py`) or the Vocos-style iSTFT vocoder (`tts/codec/istft_vocoder.py`).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tts.codec import mel
+from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.streaming_conv import (
     StreamConv1d,
     StreamConvTranspose1d,
@@ -113,7 +115,7 @@ def fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class Vocoder:
     """The HiFi-GAN generator with its mel front end; `vocoder.streaming()` makes a per-utterance stream."""
 
-    def __init__(self, generator: Generator):
+    def __init__(self, generator: Generator | IstftGenerator):
         self.generator = generator.eval()
         self.sample_rate = mel.SAMPLE_RATE
         self.hop = mel.HOP
@@ -133,7 +135,11 @@ class Vocoder:
         folder = repo_path(name)
         if not (folder / "vocoder.safetensors").exists():
             raise UserError(f"no vocoder in {folder} (vocoder.safetensors missing)")
-        generator = Generator(VocoderConfig(**json.loads((folder / "vocoder.json").read_text())))
+        config = json.loads((folder / "vocoder.json").read_text())
+        if config.get("kind") == "istft":
+            generator = IstftGenerator(IstftVocoderConfig(**config))
+        else:
+            generator = Generator(VocoderConfig(**config))
         generator.load_state_dict({k: v.float() for k, v in load_file(folder / "vocoder.safetensors").items()})
         return cls(generator)
 

@@ -126,8 +126,18 @@ def _codec_vocoder(args: argparse.Namespace) -> int:
     codec = load_codec(args.codec)
     if not isinstance(codec, MelCodec):
         raise UserError(f"{args.codec} is not a mel codec: the vocoder learns from a mel codec's decoded log-mel")
+    if args.kind == "istft":
+        from tts.codec.istft_vocoder import IstftVocoderConfig
+        from tts.training.istft_vocoder_train import IstftTrainConfig, train_istft_vocoder
+
+        train_config = IstftTrainConfig(minutes=args.minutes, batch=args.batch or 16, lr=args.lr or 5e-4,
+                                        utterances=args.utterances)
+        with progress_bar() as progress:
+            log = train_istft_vocoder(args.corpus, codec, args.out, IstftVocoderConfig(), train_config, progress)
+        err.print(f"iSTFT vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
+        return 0
     config = VocoderDistillConfig(resblock_kernel_sizes=[int(k) for k in args.kernels.split(",")], minutes=args.minutes,
-                                  batch=args.batch, lr=args.lr, utterances=args.utterances, init_from=args.init_from or "")
+                                  batch=args.batch or 6, lr=args.lr or 1e-4, utterances=args.utterances, init_from=args.init_from or "")
     with progress_bar() as progress:
         log = distill_vocoder(args.corpus, codec, args.out, config, progress)
     err.print(f"vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
@@ -263,14 +273,17 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
     codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-3 mel, 2e-3 world)")
     codec_train.add_argument("--speakers", default="", help="mel: comma-separated voices to learn (default: all)")
     codec_train.set_defaults(func=_codec_train)
-    vocoder = codec_kinds.add_parser("vocoder", help="distil a cheaper HiFi-GAN from the V1 universal one")
+    vocoder = codec_kinds.add_parser("vocoder", help="train a vocoder for the mel codec: a HiFi-GAN distilled from V1, "
+                                     "or the iSTFT one (--kind istft)")
+    vocoder.add_argument("--kind", choices=["hifigan", "istft"], default="hifigan",
+                         help="hifigan: V1 with fewer kernels, learning V1's output; istft: Vocos-style, learning the recordings")
     vocoder.add_argument("--corpus", type=Path, required=True)
     vocoder.add_argument("--out", type=Path, required=True, help="the vocoder folder (resumes from its train_state.pt)")
     vocoder.add_argument("--codec", default="tts/assets/mel_codec", help="the mel codec whose decoded log-mel it learns on")
     vocoder.add_argument("--kernels", default="3,7", help="the V1 resblock kernels the student keeps")
     vocoder.add_argument("--minutes", type=float, default=60.0)
-    vocoder.add_argument("--batch", type=int, default=6)
-    vocoder.add_argument("--lr", type=float, default=1e-4)
+    vocoder.add_argument("--batch", type=int, default=0, help="default 6 (hifigan) or 16 (istft)")
+    vocoder.add_argument("--lr", type=float, default=0.0, help="default 1e-4 (hifigan) or 5e-4 (istft)")
     vocoder.add_argument("--utterances", type=int, default=800)
     vocoder.add_argument("--threads", type=int, default=0)
     vocoder.add_argument("--init-from", default=None, help="continue from a saved student (fresh optimizer)")

@@ -84,13 +84,18 @@ def distill_losses(y: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Ten
     return losses
 
 
-def decoded_mels(corpus: Path, codec: MelCodec, config: VocoderDistillConfig, progress=None) -> list[np.ndarray]:
-    """The codec round trip of `utterances` seeded train-split utterances: the log-mel the vocoder meets in use."""
-    entries = [e for e in read_manifest(corpus / "train.jsonl") if e.speaker == config.speaker]
+def train_entries(corpus: Path, speaker: str, utterances: int, seed: int) -> list:
+    """`utterances` seeded train-split utterances of one speaker."""
+    entries = [e for e in read_manifest(corpus / "train.jsonl") if e.speaker == speaker]
     if not entries:
-        raise UserError(f"no {config.speaker} utterances in {corpus}/train.jsonl")
-    random.Random(config.seed).shuffle(entries)
-    entries = entries[: config.utterances]
+        raise UserError(f"no {speaker} utterances in {corpus}/train.jsonl")
+    random.Random(seed).shuffle(entries)
+    return entries[:utterances]
+
+
+def decoded_mels(corpus: Path, codec: MelCodec, config, progress=None, entries: list | None = None) -> list[np.ndarray]:
+    """The codec round trip of `utterances` seeded train-split utterances: the log-mel the vocoder meets in use."""
+    entries = entries or train_entries(corpus, config.speaker, config.utterances, config.seed)
     task = progress.add_task("codec round trips", total=len(entries)) if progress else None
     out = []
     for e in entries:

@@ -1,0 +1,152 @@
+"""`s5 codec vocoder --kind istft`: train the Vocos-style vocoder (`tts/codec/istft_vocoder.py`) on this CPU.
+
+Input: the mel codec's decoded log-mel of train-split utterances (what the vocoder hears in use); target: the
+Piper voice's own recording of them, so the vocoder also learns to undo some of the codec's smearing. No
+discriminator (a GAN does not fit a CPU budget); instead the losses of APNet (Ai & Ling 2023) that supervise
+magnitude and phase directly: log-mel L1, log-magnitude L1 at the vocoder's own STFT, multi-resolution STFT, and the
+anti-wrapped phase losses (instantaneous phase, group delay, instantaneous frequency). The predicted spectrum of
+frame t is compared with the recording's STFT frame centred on the same sample, so phase has a target to follow.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tts.codec import mel
+from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
+from tts.codec.mel_codec import MelCodec
+from tts.codec.vocoder import Vocoder
+from tts.data.features import load_audio
+from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries
+
+
+@dataclass
+class IstftTrainConfig:
+    minutes: float = 60.0
+    batch: int = 16
+    segment_frames: int = 48  # mel frames a segment is scored on
+    context_frames: int = 16  # unscored frames before them (the causal convolutions' history)
+    lr: float = 5e-4
+    utterances: int = 800
+    phase_weight: float = 1.0
+    speaker: str = "piper_joe"
+    seed: int = 0
+
+
+def anti_wrap(x: torch.Tensor) -> torch.Tensor:
+    """|x| modulo 2 pi, folded to [0, pi]: the distance between two phases."""
+    return torch.abs(x - 2 * math.pi * torch.round(x / (2 * math.pi)))
+
+
+def phase_losses(phase: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """(B, T, 513) predicted and recorded phase -> instantaneous phase, group delay (along frequency),
+    instantaneous frequency (along time) distances."""
+    return {"ip": anti_wrap(phase - target).mean(),
+            "gd": anti_wrap(torch.diff(phase, dim=2) - torch.diff(target, dim=2)).mean(),
+            "iaf": anti_wrap(torch.diff(phase, dim=1) - torch.diff(target, dim=1)).mean()}
+
+
+def training_pairs(corpus: Path, codec: MelCodec, config: IstftTrainConfig, progress=None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(decoded log-mel (T, 80), recording padded to T * 256 samples) per utterance."""
+    entries = train_entries(corpus, config.speaker, config.utterances, config.seed)
+    mels = decoded_mels(corpus, codec, config, progress, entries)
+    pairs = []
+    for e, m in zip(entries, mels):
+        audio = load_audio(corpus, e.audio_filepath)
+        pairs.append((m, np.pad(audio, (0, max(0, len(m) * mel.HOP - len(audio))))[: len(m) * mel.HOP]))
+    return pairs
+
+
+def batch(pairs: list[tuple[np.ndarray, np.ndarray]], config: IstftTrainConfig,
+          rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, 80, C + S) log-mel windows; (B, S * 256) recorded audio under the scored S frames; (B, S * 256 + 768)
+    the same audio with the 512 samples before and 256 after it that the scored frames' STFT windows cover."""
+    C, S, hop, half = config.context_frames, config.segment_frames, mel.HOP, mel.N_FFT // 2
+    x, wide = [], []
+    for i in rng.integers(0, len(pairs), config.batch):
+        m, audio = pairs[i]
+        start = int(rng.integers(-C, max(1, len(m) - C - S // 2)))  # the scored part may hang over either end
+        frames = np.full((C + S, mel.N_MELS), mel.LOG_FLOOR, np.float32)
+        lo, hi = max(start, 0), min(start + C + S, len(m))
+        frames[lo - start : hi - start] = m[lo:hi]
+        x.append(frames.T)
+        a0 = (start + C) * hop - half  # the recording from 512 samples before the first scored frame's centre
+        padded = np.zeros(S * hop + 2 * half - hop, np.float32)
+        lo, hi = max(a0, 0), min(a0 + len(padded), len(audio))
+        if hi > lo:
+            padded[lo - a0 : hi - a0] = audio[lo:hi]
+        wide.append(padded)
+    wide_t = torch.from_numpy(np.stack(wide))
+    return torch.from_numpy(np.stack(x)), wide_t[:, half : half + S * hop], wide_t
+
+
+def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wide: torch.Tensor,
+           config: IstftTrainConfig) -> dict[str, torch.Tensor]:
+    C, hop = config.context_frames, mel.HOP
+    log_mag, phase = generator.spectrum(x)  # (B, C + S, 513)
+    y = generator.forward(x)[:, 0, C * hop :]  # the scored frames' samples
+    recorded = torch.stft(wide, mel.N_FFT, hop, mel.N_FFT, generator.window, center=False, return_complex=True)
+    recorded = recorded.transpose(1, 2)  # (B, S, 513): frame j centred on scored frame j
+    out = {"mel": F.l1_loss(mel.log_mel_torch(y, eps=1e-9), mel.log_mel_torch(target, eps=1e-9)),
+           "amp": F.l1_loss(log_mag[:, C:], torch.log(recorded.abs().clamp(min=1e-5))),
+           "stft": stft_loss(y, target),
+           **phase_losses(phase[:, C:], torch.angle(recorded))}
+    out["total"] = out["mel"] + out["amp"] + out["stft"] + config.phase_weight * (out["ip"] + out["gd"] + out["iaf"])
+    return out
+
+
+def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: IstftVocoderConfig,
+                        config: IstftTrainConfig, progress=None) -> dict:
+    """Train for `config.minutes` (AdamW, cosine over the time budget); `out` gets fp16 weights every 5 minutes and
+    at the end, and train_state.pt (with optimizer state, to resume; not for git)."""
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    generator = IstftGenerator(model_config)
+    optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
+    state_path, step = out / "train_state.pt", 0
+    if state_path.exists():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        generator.load_state_dict(state["generator"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+    pairs = training_pairs(corpus, codec, config, progress)
+    deadline_s = config.minutes * 60
+    task = progress.add_task("iSTFT vocoder", total=deadline_s) if progress else None
+    started = last_save = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        Vocoder(generator).save(out)
+        generator.train()
+        torch.save({"generator": generator.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, state_path)
+
+    generator.train()
+    while (elapsed := time.monotonic() - started) < deadline_s:
+        warm = min(1.0, (step + 1) / 200)
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * warm * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+        parts = losses(generator, *batch(pairs, config, rng), config)
+        optimizer.zero_grad()
+        parts["total"].backward()
+        torch.nn.utils.clip_grad_norm_(generator.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if step % 10 == 0:
+            with (out / "train_log.jsonl").open("a") as f:
+                f.write(json.dumps({"step": step, "minutes": round(elapsed / 60, 2),
+                                    **{k: round(float(v.detach()), 4) for k, v in parts.items()}}) + "\n")
+        if time.monotonic() - last_save > 300:
+            save()
+            last_save = time.monotonic()
+        if progress:
+            progress.update(task, completed=min(elapsed, deadline_s))
+    generator.eval()
+    save()
+    return {"steps": step, "minutes": round((time.monotonic() - started) / 60, 1), "config": asdict(config)}
