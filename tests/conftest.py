@@ -36,13 +36,17 @@ def _seed():
 def tiny_bundle():
     """A tiny random S5/T5 model behind the real G2P and a small random codec: the control flow, not the voice.
     tiny_bundle(k) gives an S5 bundle with k lookahead words, tiny_bundle(None) a full-context one."""
-    from tts.codec.world_codec import BuiltinCodec, CodecConfig, FeatureCodec
+    from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
+    from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
+    from tts.codec.vocoder import Vocoder
     from tts.frontend.g2p import G2P, SymbolTable
     from tts.inference.synthesis import TTSBundle
     from tts.model.s5tts import S5TTS
 
     g2p = G2P()
-    codec = BuiltinCodec(FeatureCodec(CodecConfig(channels=32)))
+    torch.manual_seed(0)
+    vocoder = Vocoder(IstftGenerator(IstftVocoderConfig(dim=32, intermediate=64, layers=2)))
+    codec = MelCodec(MelCodecModel(MelCodecConfig(channels=32)), vocoder)
 
     def make(lookahead):
         torch.manual_seed(0)

@@ -64,11 +64,11 @@ class Recorded:
 
 def test_a_turn_played_through_pulseaudio_is_what_was_sent(pulse, tiny_bundle, tmp_path):
     from audio_io.sinks import DeviceSink
-    from tts.codec.world_codec import BuiltinCodec
+    from tts.codec.load import load_codec
     from tts.inference.synthesis import TTSBundle
 
     tiny = tiny_bundle(2)
-    bundles = {"s5": TTSBundle(tiny.model, tiny.symbols, BuiltinCodec.load(), tiny.g2p)}  # the shipped codec
+    bundles = {"s5": TTSBundle(tiny.model, tiny.symbols, load_codec(), tiny.g2p)}  # the shipped codec and vocoder
     script = ReplayScript.from_dict({"llm": {"first_token_ms": 10, "tokens_per_second": 100},
                                      "turns": [{"user": "hi", "assistant": "Hello there, this goes to the sound card."}]})
     # record in the null sink's own format (resampling inside parec drops data here) into a WAV that parecord

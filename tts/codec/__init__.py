@@ -1,2 +1,2 @@
-"""Audio codecs: the FSQ mel codec voiced by HiFi-GAN (default), the WORLD-feature codec, the NeMo adapter,
-and `load.load_codec`, which picks one by its folder's codec.json."""
+"""Audio codecs: the FSQ mel codec and its vocoders (the default), the NeMo adapter, and `load.load_codec`, which
+picks one by its folder's codec.json."""

@@ -1,8 +1,7 @@
 """What a codec is to the rest of the system: codes <-> audio, and a per-utterance streaming decoder.
 
-Implemented by the mel codec (`mel_codec.MelCodec`: FSQ over log-mel, voiced by HiFi-GAN), the WORLD-feature codec
-(`world_codec.BuiltinCodec`) and the NeMo adapter (`nemo.NemoCodec`); `load.load_codec` picks one from a folder's
-`codec.json`.
+Implemented by the mel codec (`mel_codec.MelCodec`: FSQ over log-mel, voiced by a vocoder) and the NeMo adapter
+(`nemo.NemoCodec`); `load.load_codec` picks one from a folder's `codec.json`.
 """
 from __future__ import annotations
 

@@ -82,12 +82,18 @@ class IstftGenerator(nn.Module):
 
     def frames(self, log_mag: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
         """(B, T, 513) each -> (B, 1024, T) windowed time-domain frames."""
+        if log_mag.shape[1] == 0:  # MKL's FFT refuses an empty batch
+            return log_mag.new_zeros(log_mag.shape[0], mel.N_FFT, 0)
         magnitude = torch.exp(log_mag).clamp(max=100.0)
         spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
         return (torch.fft.irfft(spec, n=mel.N_FFT, dim=2) * self.window).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
-        frames = self.frames(*self.spectrum(x, state, final))  # (B, 1024, n)
+        return self.overlap_add(self.frames(*self.spectrum(x, state, final)), state, final)
+
+    def overlap_add(self, frames: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
+        """(B, 1024, n) windowed frames, frame t centred on sample t * 256 -> (B, 1, n * 256) offline; streaming,
+        the samples no later frame adds to (the last 768 wait), and at `final` the utterance's last 512."""
         B, n, hop, half = frames.shape[0], frames.shape[2], mel.HOP, mel.N_FFT // 2
         added = F.fold(frames, (1, (n - 1) * hop + mel.N_FFT), (1, mel.N_FFT), stride=(1, hop))[:, :, 0] if n else \
             frames.new_zeros(B, 1, 0)  # (B, 1, (n - 1) * 256 + 1024): sample 0 is 512 before frame 0's centre

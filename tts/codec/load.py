@@ -1,6 +1,5 @@
-"""Which codec a folder holds: `codec.json`'s `kind` picks the class: "mel" (the FSQ mel codec + HiFi-GAN),
-"world" (the WORLD-feature codec; also when `kind` is missing) or "nemo" (`"model"`: a `.nemo` file or a pretrained
-name already on this machine; needs the nemo extra). Models name their codec folder in their export
+"""Which codec a folder holds: `codec.json`'s `kind` picks the class: "mel" (the FSQ mel codec + its vocoder) or
+"nemo" (`"model"`: a `.nemo` file or a pretrained name already on this machine; needs the nemo extra). Models name their codec folder in their export
 (`train.codec_dir`)."""
 from __future__ import annotations
 
@@ -9,11 +8,12 @@ from pathlib import Path
 
 from tts.codec.base import Codec
 from tts.codec.mel_codec import MelCodec
-from tts.codec.world_codec import DEFAULT_CODEC_DIR, BuiltinCodec
 from tts.errors import UserError
-from tts.paths import repo_path
+from tts.paths import ASSETS, repo_path
 
 __all__ = ["Codec", "load_codec", "resolve_codec_dir"]
+
+DEFAULT_CODEC_DIR = ASSETS / "mel_codec"
 
 
 def resolve_codec_dir(directory: Path | str | None) -> Path:
@@ -34,7 +34,7 @@ def load_codec(directory: Path | str | None = None) -> Codec:
     if kind == "mel":
         return MelCodec.load(directory)
     if kind == "world":
-        return BuiltinCodec.load(directory)
+        raise UserError(f"{config}: the WORLD-feature codec was retired (2026-12-02); use the mel codec, tts/assets/mel_codec")
     if kind == "nemo":
         from tts.codec.nemo import NemoCodec
 
@@ -42,4 +42,4 @@ def load_codec(directory: Path | str | None = None) -> Codec:
             raise UserError(f"{config}: a nemo codec names its model (a .nemo file or a pretrained name)")
         model = Path(spec["model"])
         return NemoCodec.load(directory / model if model.suffix == ".nemo" and not model.is_absolute() else spec["model"])
-    raise UserError(f"{config}: unknown codec kind {kind!r} (mel, world or nemo)")
+    raise UserError(f"{config}: unknown codec kind {kind!r} (mel or nemo)")

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tts.codec.world_codec import CrossfadeJoiner
 from tts.errors import UserError
 
 
@@ -52,6 +51,31 @@ class NemoCodec:
 
     def streaming_decoder(self, context_frames: int = 8, crossfade_frames: int = 1) -> WindowedStreamingDecoder:
         return WindowedStreamingDecoder(self, context_frames, crossfade_frames)
+
+
+class CrossfadeJoiner:
+    """Joins audio rendered window by window: the newest `hold` samples of each window wait for the next one,
+    which renders them again with right context, and the two renderings are Hann-crossfaded."""
+
+    def __init__(self, hold: int):
+        self.hold = hold
+        self.held = np.zeros(0, dtype=np.float32)
+
+    def join(self, audio: np.ndarray, begin: int) -> np.ndarray:
+        """audio: a rendering whose samples from `begin` on are new and whose len(held) samples before `begin`
+        re-render the held ones (begin >= len(held)). Returns what may be played now."""
+        n = len(self.held)
+        if n:
+            fade_in = np.sin(0.5 * np.pi * (np.arange(n) + 0.5) / n) ** 2
+            audio[begin - n : begin] = self.held * (1 - fade_in) + audio[begin - n : begin] * fade_in
+        out = audio[begin - n :]
+        keep = min(self.hold, len(out))
+        self.held = out[len(out) - keep :].copy()
+        return out[: len(out) - keep].astype(np.float32)
+
+    def flush(self) -> np.ndarray:
+        out, self.held = self.held, np.zeros(0, dtype=np.float32)
+        return out
 
 
 class WindowedStreamingDecoder:

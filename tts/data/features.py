@@ -1,4 +1,4 @@
-"""Per-utterance audio and features of a corpus, cached beside it: log-mel (fp16 .npy) and WORLD features."""
+"""Per-utterance audio and log-mel features of a corpus, the log-mel cached beside it (fp16 .npy)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,10 +16,6 @@ def cache_path(corpus: Path, audio_filepath: str, folder: str) -> Path:
     if rel.is_absolute():
         rel = Path("external") / rel.relative_to(rel.anchor)
     return corpus / folder / rel.with_suffix(".npy")
-
-
-def feature_path(corpus: Path, audio_filepath: str) -> Path:
-    return cache_path(corpus, audio_filepath, "features")
 
 
 def load_audio(corpus: Path, audio_filepath: str) -> np.ndarray:
@@ -49,13 +45,9 @@ def cached_log_mel(corpus: Path, audio_filepath: str) -> np.ndarray:
     return features
 
 
-def corpus_features(codec, corpus: Path, audio_filepath: str) -> np.ndarray:
-    """What `codec.encode_features` takes for one corpus utterance: cached log-mel for the mel codec, cached (or
-    fresh) WORLD features for the WORLD codec."""
+def corpus_codes(codec, corpus: Path, audio_filepath: str):
+    """(K, T) codes of one corpus utterance: from its cached log-mel for the mel codec, from the audio otherwise
+    (the NeMo adapter)."""
     if isinstance(codec, MelCodec):
-        return cached_log_mel(corpus, audio_filepath)
-    from tts.codec import world
-
-    path = cache_path(corpus, audio_filepath, "features")
-    return np.load(path) if path.exists() else world.analyze(load_audio(corpus, audio_filepath))
-
+        return codec.encode_features(cached_log_mel(corpus, audio_filepath))
+    return codec.encode(load_audio(corpus, audio_filepath))

@@ -10,7 +10,7 @@ import numpy as np
 
 from tts.codec.load import Codec
 from tts.data.corpus import read_manifest
-from tts.data.features import corpus_features
+from tts.data.features import corpus_codes
 from tts.errors import UserError
 from tts.frontend.g2p import G2P
 
@@ -59,7 +59,7 @@ def tokenize_manifest(
                 words, ids = g2p.encode_text(e.text)
                 if not ids:
                     continue
-                codes = codec.encode_features(corpus_features(codec, corpus, e.audio_filepath)).numpy().astype(np.int16)
+                codes = corpus_codes(codec, corpus, e.audio_filepath).numpy().astype(np.int16)
                 frame_words = None
                 if e.phoneme_alignments:
                     frame_words = piper_frame_words(e.phoneme_alignments, len(ids), codec.samples_per_frame, codes.shape[1])

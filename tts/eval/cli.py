@@ -51,7 +51,7 @@ def _bench_codec(args: argparse.Namespace) -> int:
     codec = load_codec(args.codec)
     if args.vocoder:
         if not hasattr(codec, "use_vocoder"):
-            raise UserError("--vocoder goes with a mel codec: add --codec tts/assets/mel_codec (the default codec is the WORLD one)")
+            raise UserError(f"--vocoder goes with a mel codec ({args.codec} is not one)")
         codec.use_vocoder(args.vocoder)
     speaker = None if args.speaker == "all" else args.speaker
     if args.sentences:

@@ -29,7 +29,7 @@ the player dry before the second is rendered. Its frames wait until the next wor
 `SMALL_UNIT_STEPS` steps instead of at the end of a word, so that the second word starts playing before the short
 first one has run out. Smaller units cost more per frame, so only there, and not for slow text (the pacer has it
 in hand). The rule depends on the codes alone, not on timing, so the same codes are always cut into the same
-chunks (the WORLD renderer's output depends on where pushes fall, and a seeded voice stays reproducible).
+chunks, whatever the machine's speed.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`s5 data build|import|codes`, `s5 codec features|train|vocoder`, `s5 train`, `s5 distill`."""
+"""`s5 data build|import|codes`, `s5 codec train|vocoder`, `s5 train`, `s5 distill`."""
 from __future__ import annotations
 
 import argparse
@@ -52,49 +52,7 @@ def _data_codes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _codec_features(args: argparse.Namespace) -> int:
-    from tts.training.codec_train import extract_features
-
-    with progress_bar() as progress:
-        speakers = split_list(args.speakers)
-        manifests = tuple(args.manifests.split(","))
-        n = extract_features(args.corpus, args.workers, progress, manifests, speakers, args.per_speaker)
-    err.print(f"WORLD features for {n} utterances in {args.corpus / 'features'}")
-    return 0
-
-
 def _codec_train(args: argparse.Namespace) -> int:
-    if args.kind == "mel":
-        return _mel_codec_train(args)
-    from dataclasses import replace
-
-    from tts.codec.world_codec import DEFAULT_CODEC_DIR, BuiltinCodec, CodecConfig
-    from tts.training.codec_train import CodecTrainConfig, extract_features, train_codec
-
-    init = BuiltinCodec.load(args.init_from) if args.init_from else None
-    if args.decoder_only and init is None:
-        raise UserError("--decoder-only retrains the decoder of an existing codec: give it with --init-from")
-    given = {name: value for name, value in (("decoder_channels", args.decoder_channels), ("low_order_boost",
-             args.low_order_boost), ("spectrum_weighting", args.spectrum_weighting)) if value is not None}
-    if init is not None:
-        codec_config = replace(init.config, **given)
-    else:
-        frames_per_code = {86: 1, 43: 2, 21: 4, 22: 4}[round(args.frame_rate)]
-        codec_config = CodecConfig(frames_per_code=frames_per_code, **given)
-    with progress_bar() as progress:
-        extract_features(args.corpus, args.workers, progress, manifests=("train",), per_speaker=args.per_speaker)
-        extract_features(args.corpus, args.workers, progress, manifests=("val",))
-        out = args.out or DEFAULT_CODEC_DIR
-        out.mkdir(parents=True, exist_ok=True)
-        train_config = CodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, decoder_only=args.decoder_only,
-                                        delta_weight=args.delta_weight, lr=args.lr or 2e-3)
-        codec, log = train_codec(args.corpus, codec_config, train_config, progress, out / "train_log.jsonl", init)
-    codec.save(out)
-    err.print(f"codec ({codec.frame_rate:.2f} frames/s) saved to {out}; validation: {log}")
-    return 0
-
-
-def _mel_codec_train(args: argparse.Namespace) -> int:
     from tts.codec.mel_codec import MelCodecConfig
     from tts.training.mel_codec_train import MelCodecTrainConfig, train_mel_codec
 
@@ -245,33 +203,14 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
 
     codec = commands.add_parser("codec", help="the built-in codec")
     codec_kinds = codec.add_subparsers(dest="kind_", required=True)
-    features = codec_kinds.add_parser("features", help="WORLD analysis of a corpus (cached, resumable)")
-    features.add_argument("--corpus", type=Path, required=True)
-    features.add_argument("--workers", type=int, default=2)
-    features.add_argument("--manifests", default="train,val,test,zeroshot")
-    features.add_argument("--speakers", default="", help="comma-separated speakers (default: all)")
-    features.add_argument("--per-speaker", type=int, default=None, help="at most N utterances per speaker and manifest")
-    features.set_defaults(func=_codec_features)
-    codec_train = codec_kinds.add_parser("train", help="train the FSQ codec on a corpus")
-    codec_train.add_argument("--kind", choices=["mel", "world"], default="mel",
-                             help="mel: FSQ over log-mel, voiced by HiFi-GAN (default); world: FSQ over WORLD features")
+    codec_train = codec_kinds.add_parser("train", help="train the FSQ mel codec on a corpus")
     codec_train.add_argument("--corpus", type=Path, required=True)
     codec_train.add_argument("--frame-rate", type=float, default=21.5, help="86, 43 or 21.5 frames/s")
     codec_train.add_argument("--minutes", type=float, default=25.0)
-    codec_train.add_argument("--workers", type=int, default=2)
-    codec_train.add_argument("--per-speaker", type=int, default=60, help="training utterances per speaker")
-    codec_train.add_argument("--spectrum-weighting", choices=["uniform", "variance", "low_order"], default=None,
-                             help="spectral loss weights (default: uniform, or the --init-from codec's)")
     codec_train.add_argument("--max-hours", type=float, default=3.0, help="training audio loaded, taken round-robin over voices")
-    codec_train.add_argument("--out", type=Path, default=None, help="default: the shipped codec folder")
-    codec_train.add_argument("--low-order-boost", type=float, default=None, help="with low_order weighting (default 3)")
-    codec_train.add_argument("--init-from", type=Path, default=None, help="start from this codec folder")
-    codec_train.add_argument("--decoder-only", action="store_true",
-                             help="train only the decoder (the --init-from codec's codes stay valid)")
-    codec_train.add_argument("--decoder-channels", type=int, default=None, help="decoder width (default: as the encoder)")
-    codec_train.add_argument("--delta-weight", type=float, default=0.0, help="loss on the spectrum's frame-to-frame change")
-    codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default: 1e-3 mel, 2e-3 world)")
-    codec_train.add_argument("--speakers", default="", help="mel: comma-separated voices to learn (default: all)")
+    codec_train.add_argument("--out", type=Path, default=None, help="the new codec's folder (the shipped one is tts/assets/mel_codec)")
+    codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3)")
+    codec_train.add_argument("--speakers", default="", help="comma-separated voices to learn (default: all)")
     codec_train.set_defaults(func=_codec_train)
     vocoder = codec_kinds.add_parser("vocoder", help="train a vocoder for the mel codec: a HiFi-GAN distilled from V1, "
                                      "or the iSTFT one (--kind istft)")

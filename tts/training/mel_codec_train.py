@@ -1,4 +1,4 @@
-"""Log-mel features of a corpus (cached as fp16 .npy, resumable) and mel codec training (`s5 codec train --kind mel`)."""
+"""Log-mel features of a corpus (cached as fp16 .npy, resumable) and mel codec training (`s5 codec train`)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,18 @@ from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel, mel_cod
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
 from tts.errors import UserError
-from tts.training.codec_train import random_segments
+
+
+def random_segments(features: list[np.ndarray], count: int, length: int, rng: np.random.Generator) -> torch.Tensor:
+    """(count, length, D) random windows; an utterance shorter than `length` repeats its last frame."""
+    batch = []
+    for i in rng.integers(0, len(features), count):
+        f = features[i]
+        if len(f) < length:
+            f = np.concatenate([f, np.repeat(f[-1:], length - len(f), axis=0)])
+        start = rng.integers(0, len(f) - length + 1)
+        batch.append(f[start : start + length])
+    return torch.from_numpy(np.stack(batch))
 
 
 def load_mel_set(corpus: Path, manifest: str, max_hours: float, seed: int, speakers: list[str] | None = None,

@@ -160,3 +160,67 @@ def test_distillation_losses_fall_to_zero_on_the_teacher():
     y = target.clone().requires_grad_()
     distill_losses(y * 0.5, target)["total"].backward()
     assert torch.isfinite(y.grad).all()
+
+
+def _istft_generator(seed: int = 0):
+    from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
+
+    torch.manual_seed(seed)
+    return IstftGenerator(IstftVocoderConfig(dim=32, intermediate=64, layers=3)).eval()
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 23])
+def test_istft_vocoder_streams_the_offline_audio(chunk):
+    generator = _istft_generator()
+    x = torch.randn(1, 80, 41) - 4
+    with torch.no_grad():
+        offline = generator(x)
+        assert offline.shape == (1, 1, 41 * mel.HOP)
+        assert torch.allclose(_stream(generator, x, chunk), offline, atol=1e-5)
+    assert Vocoder(generator).lookahead_frames <= 4  # two frames in the convolutions, two in the overlap-add
+
+
+def test_istft_overlap_add_inverts_the_analysis_frames():
+    """The recording's own STFT frames (centred on t * 256, as the log-mel's and the training targets') come back as
+    the recording: frame placement, window and gain agree."""
+    generator = _istft_generator()
+    audio = torch.from_numpy(read_wav(FIXTURE)[0][:8192].copy())
+    spec = torch.stft(audio, mel.N_FFT, mel.HOP, mel.N_FFT, generator.window, center=True, pad_mode="constant",
+                      return_complex=True)[None].transpose(1, 2)  # (1, T, 513), frame t centred on t * 256
+    frames = generator.frames(torch.log(spec.abs().clamp(min=1e-12)), torch.angle(spec))
+    rebuilt = generator.overlap_add(frames)[0, 0]
+    assert rebuilt.shape[0] == spec.shape[1] * mel.HOP
+    inner = slice(768, len(audio) - 768)  # the first and last 768 samples lack a frame or three of overlap
+    assert torch.allclose(rebuilt[inner], audio[inner], atol=1e-4)
+
+
+def test_istft_vocoder_saves_and_loads(tmp_path):
+    generator = _istft_generator()
+    Vocoder(generator).save(tmp_path / "voc")
+    loaded = load_vocoder(str(tmp_path / "voc"))
+    assert loaded.generator.config.kind == "istft" and loaded.generator.config.layers == 3
+    features = mel.log_mel(read_wav(FIXTURE)[0][:9000])
+    reference = Vocoder(generator)(features)
+    assert np.abs(loaded(features) - reference).mean() < 0.02 * np.abs(reference).mean() + 1e-6  # fp16 weights
+
+
+def test_istft_training_batches_align_audio_with_frames():
+    """The scored frames' target audio starts at the first scored frame's centre, and the phase target's STFT window
+    of scored frame j is centred on the same sample; a phase 2 pi away costs nothing."""
+    from tts.training.istft_vocoder_train import IstftTrainConfig, anti_wrap, batch, phase_losses
+
+    audio = read_wav(FIXTURE)[0].astype(np.float32)
+    T = len(audio) // mel.HOP
+    pairs = [(mel.log_mel(audio)[:T], audio[: T * mel.HOP])]
+    config = IstftTrainConfig(batch=4, segment_frames=8, context_frames=4)
+    x, target, wide = batch(pairs, config, np.random.default_rng(3))
+    assert x.shape == (4, 80, 12) and target.shape == (4, 8 * mel.HOP) and wide.shape == (4, 8 * mel.HOP + 768)
+    assert torch.equal(wide[:, 512 : 512 + 8 * mel.HOP], target)
+    for row in range(4):  # the window's mel frames are the recording's at the same offset
+        first = x[row, :, 4].numpy()
+        if first.max() > mel.LOG_FLOOR:
+            start = int(np.argmin(np.abs(pairs[0][0] - first[None]).sum(1)))
+            assert np.allclose(target[row, :256].numpy(), audio[start * mel.HOP : start * mel.HOP + 256])
+    phase = torch.rand(2, 5, 513) * 6
+    assert all(float(v) < 1e-5 for v in phase_losses(phase + 2 * np.pi, phase).values())
+    assert float(anti_wrap(torch.tensor(np.pi - 0.1))) == pytest.approx(np.pi - 0.1)

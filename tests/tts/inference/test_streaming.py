@@ -74,7 +74,7 @@ def test_pacing_holds_and_slows_down_only_for_slow_text(tiny_bundle):
     slow, slow_times = run(synthesize_words(bundle, WORDS, "s5", 2.0, synth_config()))
     assert torch.equal(join_codes(offline), join_codes(slow))  # pacing changes the rendering, never the speech
     stretched = len(join_chunks(offline)) + slow_times.paced_s * bundle.codec.sample_rate
-    assert len(join_chunks(slow)) == pytest.approx(stretched, abs=len(slow) * 256)  # WORLD frames round per chunk
+    assert len(join_chunks(slow)) == pytest.approx(stretched, abs=len(slow) * 256)  # stretched frames round per chunk
     audible = [c for c in slow if len(c.samples)]
     assert audible[0].play_after_ns is not None and all(c.play_after_ns is None for c in audible[1:])
     assert audible[0].play_after_ns - audible[0].created_ns <= 1e9  # held at most the prebuffer past its rendering
