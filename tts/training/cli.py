@@ -89,7 +89,7 @@ def _codec_vocoder(args: argparse.Namespace) -> int:
         from tts.training.istft_vocoder_train import IstftTrainConfig, train_istft_vocoder
 
         train_config = IstftTrainConfig(minutes=args.minutes, batch=args.batch or 16, lr=args.lr or 5e-4,
-                                        utterances=args.utterances)
+                                        utterances=args.utterances, teacher=args.teacher)
         with progress_bar() as progress:
             log = train_istft_vocoder(args.corpus, codec, args.out, IstftVocoderConfig(), train_config, progress)
         err.print(f"iSTFT vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
@@ -215,7 +215,7 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
     vocoder = codec_kinds.add_parser("vocoder", help="train a vocoder for the mel codec: a HiFi-GAN distilled from V1, "
                                      "or the iSTFT one (--kind istft)")
     vocoder.add_argument("--kind", choices=["hifigan", "istft"], default="hifigan",
-                         help="hifigan: V1 with fewer kernels, learning V1's output; istft: Vocos-style, learning the recordings")
+                         help="hifigan: V1 with fewer kernels; istft: Vocos-style; both learn V1's output")
     vocoder.add_argument("--corpus", type=Path, required=True)
     vocoder.add_argument("--out", type=Path, required=True, help="the vocoder folder (resumes from its train_state.pt)")
     vocoder.add_argument("--codec", default="tts/assets/mel_codec", help="the mel codec whose decoded log-mel it learns on")
@@ -224,6 +224,8 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
     vocoder.add_argument("--batch", type=int, default=0, help="default 6 (hifigan) or 16 (istft)")
     vocoder.add_argument("--lr", type=float, default=0.0, help="default 1e-4 (hifigan) or 5e-4 (istft)")
     vocoder.add_argument("--utterances", type=int, default=800)
+    vocoder.add_argument("--teacher", default="universal",
+                         help="istft: the vocoder whose audio it learns ('universal': HiFi-GAN V1; '' for the recordings)")
     vocoder.add_argument("--threads", type=int, default=0)
     vocoder.add_argument("--init-from", default=None, help="continue from a saved student (fresh optimizer)")
     vocoder.set_defaults(func=_codec_vocoder)
