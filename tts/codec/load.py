@@ -1,6 +1,6 @@
 """Which codec a folder holds: `codec.json`'s `kind` picks the class: "mel" (the FSQ mel codec + its vocoder) or
-"nemo" (`"model"`: a `.nemo` file or a pretrained name already on this machine; needs the nemo extra). Models name their codec folder in their export
-(`train.codec_dir`)."""
+"nemo" (`"model"`: a `.nemo` file or a pretrained name already on this machine; needs the nemo extra). Models name
+their codec folder in their export (`train.codec_dir`)."""
 from __future__ import annotations
 
 import json

@@ -1,9 +1,9 @@
 """The mel codec, the paper's kind (seed 001: NeMo's FSQ mel codec): 8 FSQ codebooks over log-mel frames, decoded
-back to log-mel and voiced by HiFi-GAN.
+back to log-mel and voiced by a vocoder (the shipped codec names the iSTFT one, `tts/assets/vocoder`).
 
 encode: audio -> log-mel (86.13 frames/s) -> conv encoder, `stack` mel frames per codec frame -> 8 groups of FSQ
         scalars -> [K, T] codes (the encoder sees the whole utterance: it only runs offline, on the corpus)
-decode: codes -> streaming conv decoder (one codec frame of lookahead, then causal) -> log-mel -> HiFi-GAN
+decode: codes -> streaming conv decoder (one codec frame of lookahead, then causal) -> log-mel -> vocoder
 Every decoder convolution streams with exact results (`streaming_conv`), and so does the vocoder: streamed audio
 equals offline audio, with no re-rendering and no crossfade at chunk joins.
 """
@@ -39,7 +39,7 @@ class MelCodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead
-    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1) or a distilled vocoder's folder, from the repo root
+    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1) or a trained vocoder's folder, from the repo root
 
     @property
     def codebook_size(self) -> int:

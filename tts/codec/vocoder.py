@@ -113,7 +113,7 @@ def fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class Vocoder:
-    """The HiFi-GAN generator with its mel front end; `vocoder.streaming()` makes a per-utterance stream."""
+    """A generator (HiFi-GAN or iSTFT): log-mel -> audio; `vocoder.streaming()` makes a per-utterance stream."""
 
     def __init__(self, generator: Generator | IstftGenerator):
         self.generator = generator.eval()
