@@ -40,11 +40,6 @@ def read_sentences(path: Path) -> list[str]:
     return sentences
 
 
-def split_list(value: str | None) -> list[str] | None:
-    """A comma-separated flag ("a,b") as a list; empty: None (the default set)."""
-    return value.split(",") if value else None
-
-
 def print_result(result: dict, as_json: bool, title: str) -> None:
     if as_json:
         print(json.dumps(result))

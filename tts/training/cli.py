@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tts.cli import err, progress_bar, read_sentences, split_list
+from tts.cli import err, progress_bar, read_sentences
 from tts.errors import UserError
 from tts.paths import CONFIGS
 
