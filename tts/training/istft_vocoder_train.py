@@ -11,9 +11,7 @@ frame centred on the same sample.
 """
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,9 +22,9 @@ import torch.nn.functional as F
 from tts.codec import mel
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
-from tts.codec.vocoder import Vocoder, load_vocoder
+from tts.codec.vocoder import load_vocoder
 from tts.data.features import cache_path, load_audio
-from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries
+from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
 
 
 @dataclass
@@ -123,49 +121,13 @@ def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wid
 
 def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: IstftVocoderConfig,
                         config: IstftTrainConfig, progress=None) -> dict:
-    """Train for `config.minutes` (AdamW, cosine over the time budget); `out` gets fp16 weights every 5 minutes and
-    at the end, and train_state.pt (with optimizer state, to resume; not for git)."""
+    """Train for `config.minutes` (`train_for_minutes`: resumes from `out`, saves there)."""
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     generator = IstftGenerator(model_config)
     optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
-    state_path, step = out / "train_state.pt", 0
-    if state_path.exists():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
-        generator.load_state_dict(state["generator"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = state["step"]
     pairs = training_pairs(corpus, codec, config, progress)
-    deadline_s = config.minutes * 60
-    task = progress.add_task("iSTFT vocoder", total=deadline_s) if progress else None
-    started = last_save = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
-
-    def save() -> None:
-        Vocoder(generator).save(out)
-        generator.train()
-        torch.save({"generator": generator.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, state_path)
-
-    generator.train()
-    while (elapsed := time.monotonic() - started) < deadline_s:
-        warm = min(1.0, (step + 1) / 200)
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr * warm * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
-        parts = losses(generator, *batch(pairs, config, rng), config)
-        optimizer.zero_grad()
-        parts["total"].backward()
-        torch.nn.utils.clip_grad_norm_(generator.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        if step % 10 == 0:
-            with (out / "train_log.jsonl").open("a") as f:
-                f.write(json.dumps({"step": step, "minutes": round(elapsed / 60, 2),
-                                    **{k: round(float(v.detach()), 4) for k, v in parts.items()}}) + "\n")
-        if time.monotonic() - last_save > 300:
-            save()
-            last_save = time.monotonic()
-        if progress:
-            progress.update(task, completed=min(elapsed, deadline_s))
-    generator.eval()
-    save()
-    return {"steps": step, "minutes": round((time.monotonic() - started) / 60, 1), "config": asdict(config)}
+    log = train_for_minutes(generator, optimizer, lambda: losses(generator, *batch(pairs, config, rng), config), out,
+                            minutes=config.minutes, lr=config.lr, clip_norm=1.0, state_key="generator",
+                            label="iSTFT vocoder", warmup_steps=200, progress=progress)
+    return {**log, "config": asdict(config)}

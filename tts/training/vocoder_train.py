@@ -117,47 +117,39 @@ def segments(mels: list[np.ndarray], count: int, length: int, rng: np.random.Gen
     return torch.from_numpy(np.stack(batch)).float()
 
 
-def distill_vocoder(corpus: Path, codec: MelCodec, out: Path, config: VocoderDistillConfig, progress=None) -> dict:
-    """Train the student for `config.minutes` (cosine schedule over the time budget); `out` gets the student's fp16
-    weights every 5 minutes and at the end, and train_state.pt (with optimizer state, to resume; not for git)."""
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    teacher = load_vocoder().generator
-    # init_from: the committed weights of an unfinished run (same kernels), or a larger student whose kept kernels
-    # start this one (e.g. kernel 3 alone from the 3-and-7 student)
-    source = Vocoder.load(config.init_from).generator if config.init_from else teacher
-    student = student_from_teacher(source, config.resblock_kernel_sizes)
-    optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, betas=(0.8, 0.99), weight_decay=0.0)
+def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch_losses, out: Path, *,
+                      minutes: float, lr: float, clip_norm: float, state_key: str, label: str, warmup_steps: int = 0,
+                      progress=None) -> dict:
+    """The vocoders' training loop: resume from out/train_state.pt if it is there, then step for `minutes` of wall
+    time (AdamW's rate on a cosine over that budget, after `warmup_steps` counted over the whole run), writing
+    out/train_log.jsonl every 10 steps and the fp16 weights (`Vocoder.save`) and train_state.pt (with optimizer
+    state, to resume; not for git) every 5 minutes and at the end. batch_losses() -> named losses of one batch,
+    `total` minimised. Returns the step count and the minutes taken."""
     state_path, step = out / "train_state.pt", 0
     if state_path.exists():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
-        student.load_state_dict(state["student"])
+        model.load_state_dict(state[state_key])
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
-    mels = decoded_mels(corpus, codec, config, progress)
-    hop, margin, length = mel.HOP, config.margin_frames, config.segment_frames + 2 * config.margin_frames
-    scored = slice(margin * hop, (margin + config.segment_frames) * hop)
-    deadline_s = config.minutes * 60
-    task = progress.add_task(f"vocoder distill {config.resblock_kernel_sizes}", total=deadline_s) if progress else None
+    deadline_s = minutes * 60
+    task = progress.add_task(label, total=deadline_s) if progress else None
     started = last_save = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
-        Vocoder(student).save(out)
-        student.train()
-        torch.save({"student": student.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, state_path)
+        Vocoder(model).save(out)
+        model.train()
+        torch.save({state_key: model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, state_path)
 
-    student.train()
+    model.train()
     while (elapsed := time.monotonic() - started) < deadline_s:
+        warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
         for group in optimizer.param_groups:
-            group["lr"] = config.lr * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
-        x = segments(mels, config.batch, length, rng)  # (B, 80, S + 2M)
-        with torch.no_grad():
-            target = teacher(x)[:, 0, scored]
-        losses = distill_losses(student(x)[:, 0, scored], target)
+            group["lr"] = lr * warm * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+        losses = batch_losses()
         optimizer.zero_grad()
         losses["total"].backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), 10.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
         optimizer.step()
         step += 1
         if step % 10 == 0:
@@ -169,6 +161,32 @@ def distill_vocoder(corpus: Path, codec: MelCodec, out: Path, config: VocoderDis
             last_save = time.monotonic()
         if progress:
             progress.update(task, completed=min(elapsed, deadline_s))
-    student.eval()
+    model.eval()
     save()
-    return {"steps": step, "minutes": round((time.monotonic() - started) / 60, 1), "config": asdict(config)}
+    return {"steps": step, "minutes": round((time.monotonic() - started) / 60, 1)}
+
+
+def distill_vocoder(corpus: Path, codec: MelCodec, out: Path, config: VocoderDistillConfig, progress=None) -> dict:
+    """Train the student for `config.minutes` (cosine schedule over the time budget); `out` gets the student's fp16
+    weights every 5 minutes and at the end, and train_state.pt (with optimizer state, to resume; not for git)."""
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    teacher = load_vocoder().generator
+    # init_from: the committed weights of an unfinished run (same kernels), or a larger student whose kept kernels
+    # start this one (e.g. kernel 3 alone from the 3-and-7 student)
+    source = Vocoder.load(config.init_from).generator if config.init_from else teacher
+    student = student_from_teacher(source, config.resblock_kernel_sizes)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=config.lr, betas=(0.8, 0.99), weight_decay=0.0)
+    mels = decoded_mels(corpus, codec, config, progress)
+    hop, margin, length = mel.HOP, config.margin_frames, config.segment_frames + 2 * config.margin_frames
+    scored = slice(margin * hop, (margin + config.segment_frames) * hop)
+
+    def batch_losses() -> dict[str, torch.Tensor]:
+        x = segments(mels, config.batch, length, rng)  # (B, 80, S + 2M)
+        with torch.no_grad():
+            target = teacher(x)[:, 0, scored]
+        return distill_losses(student(x)[:, 0, scored], target)
+
+    log = train_for_minutes(student, optimizer, batch_losses, out, minutes=config.minutes, lr=config.lr, clip_norm=10.0,
+                            state_key="student", label=f"vocoder distill {config.resblock_kernel_sizes}", progress=progress)
+    return {**log, "config": asdict(config)}
