@@ -1,6 +1,7 @@
 """Per-utterance audio and log-mel features of a corpus, the log-mel cached beside it (fp16 .npy)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,17 +33,22 @@ def load_audio(corpus: Path, audio_filepath: str) -> np.ndarray:
 
 
 
+def cached_fp16(path: Path, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """float32 array kept at `path` in fp16: loaded if there, else computed, written (atomically) and returned."""
+    if path.exists():
+        return np.load(path).astype(np.float32)
+    array = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, array.astype(np.float16))
+    tmp.replace(path)
+    return array
+
+
 def cached_log_mel(corpus: Path, audio_filepath: str) -> np.ndarray:
     """(T, 80) float32 log-mel of one corpus utterance, computed once and kept beside the corpus in fp16."""
     path = cache_path(corpus, audio_filepath, "mels")
-    if path.exists():
-        return np.load(path).astype(np.float32)
-    features = mel.log_mel(load_audio(corpus, audio_filepath))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, features.astype(np.float16))
-    tmp.replace(path)
-    return features
+    return cached_fp16(path, lambda: mel.log_mel(load_audio(corpus, audio_filepath)))
 
 
 def corpus_codes(codec, corpus: Path, audio_filepath: str):

@@ -23,7 +23,7 @@ from tts.codec import mel
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import load_vocoder
-from tts.data.features import cache_path, load_audio
+from tts.data.features import cache_path, cached_fp16, load_audio
 from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
 
 
@@ -58,13 +58,7 @@ def teacher_audio(corpus: Path, audio_filepath: str, decoded: np.ndarray, teache
     """The teacher vocoder's audio from an utterance's decoded log-mel, computed once and cached (fp16 .npy) beside
     the corpus: V1 costs about 0.7 x real time here, far more than a training step uses it."""
     path = cache_path(corpus, audio_filepath, f"vocoded_{Path(teacher).name}")
-    if path.exists():
-        return np.load(path).astype(np.float32)
-    audio = load_vocoder(teacher)(decoded)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path.with_suffix(".tmp.npy"), audio.astype(np.float16))
-    path.with_suffix(".tmp.npy").replace(path)
-    return audio
+    return cached_fp16(path, lambda: load_vocoder(teacher)(decoded))
 
 
 def training_pairs(corpus: Path, codec: MelCodec, config: IstftTrainConfig, progress=None) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -142,3 +142,20 @@ def test_every_voice_speaks():
     for voice in VOICES.values():
         audio = voice.synthesize("Testing one two.").audio
         assert audio.dtype == np.float32 and 0.3 < len(audio) / 22050 < 5 and 0.5 < np.abs(audio).max() <= 0.91
+
+
+def test_cached_fp16_computes_once_and_keeps_fp16(tmp_path):
+    from tts.data.features import cached_fp16
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.array([1.0, 1.0 / 3], dtype=np.float32)
+
+    path = tmp_path / "sub" / "x.npy"
+    first = cached_fp16(path, compute)
+    again = cached_fp16(path, compute)
+    assert len(calls) == 1 and again.dtype == np.float32
+    assert np.allclose(again, first, atol=1e-3) and np.load(path).dtype == np.float16
+    assert not list(path.parent.glob("*.tmp.npy"))
