@@ -23,7 +23,7 @@ from .echo import PlaybackLevels
 from .levels import first_audible_sample
 from .wav import write_wav
 
-START_BUFFER_MS = 120.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended)
+START_BUFFER_MS = 40.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended)
 
 
 class AudioDeviceError(UserError):

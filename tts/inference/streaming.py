@@ -46,6 +46,7 @@ from typing import AsyncIterator
 import numpy as np
 import torch
 
+from audio_io.levels import first_audible_sample
 from tts.errors import UserError
 from tts.inference.synthesis import (
     SynthesisConfig,
@@ -70,6 +71,13 @@ SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while th
 MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
 SMALL_UNITS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
 SMALL_UNIT_STEPS = 3  # ...every this many decoder steps
+SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave after every step: the first chunk
+# (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
+OPENING_FIRST_RENDER = 5  # s5: the opening word's frames leave from its 5th decoder step (the codec decoder and the
+# vocoder hold back 2.75 frames; the first frame is mostly the voice's leading silence), then after every step
+WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
+# worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
+LEAD_IN_S = 0.0025  # kept (faded in) before the first audible 10 ms window when the leading silence is dropped
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
@@ -162,6 +170,33 @@ class Pacer:
         return factor
 
 
+class LeadingSilence:
+    """Per utterance: drops the silence a reply starts with (the voice's first frame is mostly quiet: 20-50 ms the
+    listener would wait for), keeping `LEAD_IN_S` before the first audible window, faded in so nothing clicks."""
+
+    def __init__(self, sample_rate: int):
+        self.sample_rate = sample_rate
+        self.lead_in = round(LEAD_IN_S * sample_rate)
+        self.held = np.zeros(0, np.float32)
+        self.done = False
+
+    def __call__(self, audio: np.ndarray) -> np.ndarray:
+        if self.done:
+            return audio
+        held = np.concatenate([self.held, audio])
+        onset = first_audible_sample(held, self.sample_rate)
+        if onset is None:  # all quiet so far: keep only what may become the lead-in
+            window = round(0.010 * self.sample_rate)
+            self.held = held[max(0, len(held) - self.lead_in - window) :]
+            return np.zeros(0, np.float32)
+        self.done, self.held = True, np.zeros(0, np.float32)
+        start = max(0, onset - self.lead_in)
+        out = held[start:].copy()
+        fade = onset - start
+        out[:fade] *= np.linspace(0.0, 1.0, fade, endpoint=False, dtype=np.float32)
+        return out
+
+
 class StreamingSynthesizer:
     def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
                  prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
@@ -190,11 +225,16 @@ class StreamingSynthesizer:
         self._words_done: list[str] = []  # completed since the last chunk
         self._input_done = False
         self._codec_stream = bundle.codec.streaming_decoder()
+        self._leading_silence = LeadingSilence(self.sample_rate)
         stretchable = self._codec_stream.supports_stretch
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self._opening_hold_until_ns: int | None = None  # a short opening word waits for the next one until then
-        self._emitted_s = 0.0  # audio rendered so far
+        self._emitted_s = 0.0  # audio sent so far
+        self._sent_audio = False  # a chunk with samples has left
+        self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
+        self._unsent_codes: list[torch.Tensor] = []
+        self._unsent_frames = 0
         self._seed = self.config.seed
         self._closed = False
         self._unit: asyncio.Future | None = None  # the worker unit in flight
@@ -321,6 +361,7 @@ class StreamingSynthesizer:
         Returns (chunk or None, "progress" | "idle" | "done")."""
         if self._closed:
             return None, "done"
+        torch.set_num_threads(WORKER_TORCH_THREADS)
         started = time.perf_counter_ns()
         self._absorb_input()
         while self._segments and self._segments[0].finished and self._cursor >= len(self._segments[0].frames):
@@ -331,14 +372,17 @@ class StreamingSynthesizer:
             return None, "idle"
         segment = self._segments[0]
         if self._opening_hold_until_ns is not None and (started >= self._opening_hold_until_ns or segment.ready()):
-            chunk = self._render(segment)  # the next word's text is in (or late): play what we have
+            chunk = self._emit(segment)  # the next word's text is in (or late): play what we have
             self.times.compute_ns += time.perf_counter_ns() - started
             return chunk, "progress"
         if not segment.ready():
             return None, "idle"
+        if self.mode == "s5" and self._in_opening():
+            return self._opening_unit(segment, started), "progress"
         if self.mode == "s5":
             small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not Pacer.paces(self._text_interval_ns())
-            completed = segment.step(max_frames=SMALL_UNIT_STEPS if small else S5_STEPS_PER_UNIT, stop_at_word=True)
+            steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_UNIT_STEPS) if small else S5_STEPS_PER_UNIT
+            completed = segment.step(max_frames=steps, stop_at_word=True)
             emit = bool(completed) or segment.finished or small
             if emit and self._holds_opening(segment):
                 if self._opening_hold_until_ns is None:
@@ -347,39 +391,71 @@ class StreamingSynthesizer:
         else:
             completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))
             emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
+        self._count(segment, completed)
+        chunk = self._emit(segment) if emit else None
+        self.times.compute_ns += time.perf_counter_ns() - started
+        return chunk, "progress"
+
+    def _count(self, segment: UtteranceSynthesizer, completed: list) -> None:
         self.times.capped_words += sum(c.capped for c in completed)
         self.times.words += len(completed)
         self._words_done += [c.word for c in completed]
         if self.times.first_codec_frame_ns is None and segment.frames:
             self.times.first_codec_frame_ns = time.perf_counter_ns()
-        chunk = self._render(segment) if emit else None
+
+    def _in_opening(self) -> bool:
+        """s5, LLM-speed text, no sound has left yet: the opening word is rendered as it is decoded, and its sound
+        leaves as soon as nothing can make it wait (slow text: the pacer decides how the opening plays)."""
+        return not self._sent_audio and self._pacer_off_for_text()
+
+    def _pacer_off_for_text(self) -> bool:
+        return not Pacer.paces(self._text_interval_ns())
+
+    def _opening_unit(self, segment: UtteranceSynthesizer, started: int) -> AudioChunk | None:
+        """Decode a step (the first unit: the steps before the first sound can be rendered), render at once, and
+        let the sound go when the word after the opening one may follow at once (its text is in, or the text
+        ended) or the opening word is long; a short opening word whose successor waits for text is held
+        (`_holds_opening`)."""
+        completed = segment.step(max_frames=max(1, OPENING_FIRST_RENDER - len(segment.frames)), stop_at_word=True)
+        self._count(segment, completed)
+        self._render(segment)
+        sound = any(len(a) for a in self._unsent)
+        emit = sound and (segment.finished or self._next_word_free(segment) or self._unrendered_s(segment) >= SHORT_OPENING_S)
+        if sound and segment.current > 1 and not emit and self._opening_hold_until_ns is None:
+            self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
+        chunk = self._take_chunk() if emit else None
         self.times.compute_ns += time.perf_counter_ns() - started
-        return chunk, "progress"
+        return chunk
+
+    def _next_word_free(self, segment: UtteranceSynthesizer) -> bool:
+        """Has the text the second word needs arrived (or ended)? Words that came in while the unit ran count, not
+        encoded here (that would delay this chunk)."""
+        with self._lock:
+            arrived, ended = len(self._pending), self._ended
+        return ended or segment.ended or len(segment.words) + arrived >= 2 + self.k
 
     def _holds_opening(self, segment: UtteranceSynthesizer) -> bool:
         """Should the opening word just completed wait for the next one? Only the first chunk of an utterance, only
         when it is short and the next word must wait for text, and only for LLM-speed text (slow text is paced)."""
-        if self.times.first_chunk_ns is not None or self._cursor or segment.finished:
+        if self._sent_audio or self._cursor or segment.finished:
             return False
-        with self._lock:  # words that came in while the unit ran may already free the next word (not encoded
-            arrived, ended = len(self._pending), self._ended  # here: that would delay this chunk)
-        if ended or len(segment.words) + arrived >= segment.current + self.k:  # segment.ready(), counting arrivals
-            return False
-        if Pacer.paces(self._text_interval_ns()):
+        if self._next_word_free(segment) or not self._pacer_off_for_text():
             return False
         return self._unrendered_s(segment) < SHORT_OPENING_S
 
     def _unrendered_s(self, segment: UtteranceSynthesizer) -> float:
-        return (len(segment.frames) - self._cursor) / self.bundle.codec.frame_rate
+        """Seconds of frames decoded and not yet sent (rendered into `_unsent` or not)."""
+        return (len(segment.frames) - self._cursor + self._unsent_frames) / self.bundle.codec.frame_rate
 
-    def _render(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
-        if self._opening_hold_until_ns is not None:
-            held_since = self._opening_hold_until_ns - round(MAX_OPENING_HOLD_S * 1e9)
-            self.times.opening_hold_ms = (time.perf_counter_ns() - held_since) / 1e6
-            self._opening_hold_until_ns = None
+    def _emit(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
+        self._render(segment)
+        return self._take_chunk()
+
+    def _render(self, segment: UtteranceSynthesizer) -> None:
+        """The frames decoded since the last render -> audio, kept in `_unsent` until `_take_chunk`."""
         new = segment.frames[self._cursor :]
         if not new:
-            return None
+            return
         self._cursor = len(segment.frames)
         self.times.frames += len(new)
         codes = torch.stack(new, dim=1)
@@ -396,12 +472,29 @@ class StreamingSynthesizer:
                 hold = Pacer.prebuffer_ns(interval)
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
+        self._unsent.append(self._leading_silence(audio))
+        self._unsent_codes.append(codes)
+        self._unsent_frames += len(new)
+
+    def _take_chunk(self) -> AudioChunk | None:
+        """Everything rendered and not yet sent, as one chunk (None: nothing was rendered since)."""
+        if self._opening_hold_until_ns is not None:
+            held_since = self._opening_hold_until_ns - round(MAX_OPENING_HOLD_S * 1e9)
+            self.times.opening_hold_ms = (time.perf_counter_ns() - held_since) / 1e6
+            self._opening_hold_until_ns = None
+        if not any(len(a) for a in self._unsent):  # nothing audible yet: the frames go with the first sound
+            return None
+        audio = np.concatenate(self._unsent) if len(self._unsent) > 1 else self._unsent[0]
+        codes = torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None
+        frames = self._unsent_frames
+        self._unsent, self._unsent_codes, self._unsent_frames = [], [], 0
         play_after = None
         if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
             play_after, self._play_after_ns = self._play_after_ns, None
         self._emitted_s += len(audio) / self.sample_rate
+        self._sent_audio = self._sent_audio or bool(len(audio))
         words, self._words_done = tuple(self._words_done), []
-        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), len(new), codes=codes, play_after_ns=play_after,
+        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), frames, codes=codes, play_after_ns=play_after,
                           words=words)
 
     def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int, interval_ns: int | None) -> int | None:
@@ -425,6 +518,12 @@ class StreamingSynthesizer:
         self._cursor = 0
 
     def _emit_tail(self, started: int) -> AudioChunk:
-        tail = self._codec_stream.flush() if self._codec_stream is not None else np.zeros(0, np.float32)
+        tail = self._leading_silence(self._codec_stream.flush()) if self._codec_stream is not None else np.zeros(0, np.float32)
+        self._unsent.append(tail)
+        chunk = self._take_chunk() or AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0)
+        if self._unsent_codes:  # the whole utterance was silent: its frames still go out, with no sound
+            chunk = AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), self._unsent_frames,
+                               codes=torch.cat(self._unsent_codes, dim=1), words=tuple(self._words_done))
+        chunk.final = True
         self.times.compute_ns += time.perf_counter_ns() - started
-        return AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0, final=True)
+        return chunk
