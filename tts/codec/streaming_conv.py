@@ -27,7 +27,7 @@ class StreamConv1d(nn.Conv1d):
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
         if state is None:
-            return super().forward(F.pad(x, (self.left, self.right)))
+            return self._conv(F.pad(x, (self.left, self.right)))
         history = state.get(self)
         if history is None:
             history = x.new_zeros(x.shape[0], x.shape[1], self.left)
@@ -37,7 +37,18 @@ class StreamConv1d(nn.Conv1d):
             state[self] = x
             return x.new_zeros(x.shape[0], self.out_channels, 0)
         state[self] = x[:, :, ready:]
-        return super().forward(x)
+        return self._conv(x)
+
+    def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        """The unpadded convolution of padded x. At inference a dense kernel runs as one matrix product over the
+        unfolded input: on a few frames PyTorch's CPU convolutions (dilated ones above all) cost 5-10 times more."""
+        if self.training or self.groups != 1:
+            return super().forward(x)
+        B, C, _ = x.shape
+        k, d = self.kernel_size[0], self.dilation[0]
+        columns = x.unfold(2, (k - 1) * d + 1, 1)[..., ::d]  # (B, C, T, k)
+        columns = columns.permute(0, 2, 1, 3).reshape(B, -1, C * k)
+        return F.linear(columns, self.weight.view(self.out_channels, C * k), self.bias).transpose(1, 2)
 
 
 class StreamConvTranspose1d(nn.ConvTranspose1d):
@@ -52,11 +63,15 @@ class StreamConvTranspose1d(nn.ConvTranspose1d):
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
         if state is None:
-            return super().forward(x)
+            if self.training:
+                return super().forward(x)
+            pad = self.padding[0]
+            y = self._transposed(x)
+            return y[:, :, pad : y.shape[2] - pad] + self.bias.view(1, -1, 1)
         B, stride, n = x.shape[0], self.stride[0], x.shape[2]
         carry, to_drop = state.get(self, (x.new_zeros(B, self.out_channels, self.overlap), self.padding[0]))
         if n:
-            y = F.conv_transpose1d(x, self.weight, None, stride)  # (B, C', (n - 1) * stride + kernel)
+            y = self._transposed(x)  # (B, C', (n - 1) * stride + kernel)
             y[:, :, : self.overlap] += carry
             ready, carry = y[:, :, : n * stride], y[:, :, n * stride :]
         else:
@@ -67,6 +82,18 @@ class StreamConvTranspose1d(nn.ConvTranspose1d):
         drop = min(to_drop, ready.shape[2])
         state[self] = (carry, to_drop - drop)
         return ready[:, :, drop:]
+
+
+    def _transposed(self, x: torch.Tensor) -> torch.Tensor:
+        """Unpadded, unbiased transposed convolution (B, C, n) -> (B, C', (n - 1) * stride + kernel). At inference:
+        one matrix product, then overlap-add (`fold`); PyTorch's CPU path costs several times more on a few frames."""
+        if self.training:
+            return F.conv_transpose1d(x, self.weight, None, self.stride[0])
+        B, C, n = x.shape
+        k, stride = self.kernel_size[0], self.stride[0]
+        columns = torch.matmul(x.transpose(1, 2), self.weight.view(C, -1)).transpose(1, 2)  # (B, C' * k, n)
+        length = (n - 1) * stride + k
+        return F.fold(columns, (1, length), (1, k), stride=(1, stride))[:, :, 0]
 
 
 def aligned_sum(parts: list[torch.Tensor], state: StreamState | None, key) -> torch.Tensor:

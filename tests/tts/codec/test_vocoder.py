@@ -121,7 +121,7 @@ def test_student_keeps_the_teachers_layers(vocoder):
     from tts.training.vocoder_train import student_from_teacher
 
     x = torch.randn(1, 80, 12) - 5
-    same = student_from_teacher(vocoder.generator, [3, 7, 11])
+    same = student_from_teacher(vocoder.generator, [3, 7, 11]).eval()  # the teacher is in eval mode too
     with torch.no_grad():
         assert torch.equal(same(x), vocoder.generator(x))
     student = student_from_teacher(vocoder.generator, [3, 7])
