@@ -7,6 +7,17 @@ AUDIBLE_DBFS = -40.0
 WINDOW_S = 0.010
 
 
+def audible_onset(samples: np.ndarray, sample_rate: int, threshold_dbfs: float = AUDIBLE_DBFS) -> int | None:
+    """The first sample at which a whole 10 ms window (sliding by one sample) reaches threshold_dbfs, or None:
+    audio cut there starts with a window `first_audible_sample` calls audible."""
+    window = max(1, int(round(WINDOW_S * sample_rate)))
+    if len(samples) < window:
+        return None
+    energy = np.concatenate([[0.0], np.cumsum(np.asarray(samples, dtype=np.float64) ** 2)])
+    loud = np.flatnonzero(energy[window:] - energy[:-window] >= window * 10 ** (threshold_dbfs / 10))
+    return int(loud[0]) if len(loud) else None
+
+
 def first_audible_sample(samples: np.ndarray, sample_rate: int, threshold_dbfs: float = AUDIBLE_DBFS) -> int | None:
     """Index of the first sample of the first 10 ms window whose RMS is at or above threshold_dbfs (full scale
     = 1.0), or None. Windows start at 0 of `samples`; a trailing partial window counts with its own length."""

@@ -46,7 +46,7 @@ from typing import AsyncIterator
 import numpy as np
 import torch
 
-from audio_io.levels import first_audible_sample
+from audio_io.levels import AUDIBLE_DBFS, WINDOW_S, audible_onset
 from tts.errors import UserError
 from tts.inference.synthesis import (
     SynthesisConfig,
@@ -77,7 +77,7 @@ OPENING_FIRST_RENDER = 5  # s5: the opening word's frames leave from its 5th dec
 # vocoder hold back 2.75 frames; the first frame is mostly the voice's leading silence), then after every step
 WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
 # worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
-LEAD_IN_S = 0.0025  # kept (faded in) before the first audible 10 ms window when the leading silence is dropped
+FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
@@ -172,11 +172,13 @@ class Pacer:
 
 class LeadingSilence:
     """Per utterance: drops the silence a reply starts with (the voice's first frame is mostly quiet: 20-50 ms the
-    listener would wait for), keeping `LEAD_IN_S` before the first audible window, faded in so nothing clicks."""
+    listener would wait for). The sound starts at the first 10 ms window that is audible (1 dB above the players'
+    threshold, wherever it starts), its first millisecond faded in so that nothing clicks."""
 
     def __init__(self, sample_rate: int):
         self.sample_rate = sample_rate
-        self.lead_in = round(LEAD_IN_S * sample_rate)
+        self.window = round(WINDOW_S * sample_rate)
+        self.fade = round(FADE_IN_S * sample_rate)
         self.held = np.zeros(0, np.float32)
         self.done = False
 
@@ -184,16 +186,13 @@ class LeadingSilence:
         if self.done:
             return audio
         held = np.concatenate([self.held, audio])
-        onset = first_audible_sample(held, self.sample_rate)
-        if onset is None:  # all quiet so far: keep only what may become the lead-in
-            window = round(0.010 * self.sample_rate)
-            self.held = held[max(0, len(held) - self.lead_in - window) :]
+        onset = audible_onset(held, self.sample_rate, AUDIBLE_DBFS + 1.0)
+        if onset is None:  # all quiet so far: keep what a window starting here would need
+            self.held = held[max(0, len(held) - self.window + 1) :]
             return np.zeros(0, np.float32)
         self.done, self.held = True, np.zeros(0, np.float32)
-        start = max(0, onset - self.lead_in)
-        out = held[start:].copy()
-        fade = onset - start
-        out[:fade] *= np.linspace(0.0, 1.0, fade, endpoint=False, dtype=np.float32)
+        out = held[onset:].copy()
+        out[: self.fade] *= np.linspace(0.0, 1.0, self.fade, endpoint=False, dtype=np.float32)[: len(out)]
         return out
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from audio_io.levels import first_audible_sample
+from audio_io.levels import audible_onset, first_audible_sample
 from tts.inference.pipeline import join_chunks, speak
-from tts.inference.streaming import MAX_OPENING_HOLD_S, Pacer, StreamingSynthesizer
+from tts.inference.streaming import MAX_OPENING_HOLD_S, OPENING_FIRST_RENDER, LeadingSilence, Pacer, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()
@@ -168,6 +168,38 @@ def test_unknown_mode_and_s5_mode_on_a_full_context_model_are_refused(tiny_bundl
 def test_first_audible_window():
     assert first_audible_sample(np.r_[np.zeros(25), np.full(10, 0.02)], 1000) == 20  # -34 dBFS window 20..29
     assert first_audible_sample(np.full(50, 0.005), 1000) is None  # -46 dBFS
+
+
+def test_audible_onset_slides_by_one_sample():
+    quiet_then_loud = np.r_[np.zeros(25), np.full(10, 0.02)]
+    assert audible_onset(quiet_then_loud, 1000) == 18  # window 18..27 holds three loud samples: -39.2 dBFS
+    assert first_audible_sample(quiet_then_loud, 1000) == 20 and first_audible_sample(quiet_then_loud[18:], 1000) == 0
+    assert audible_onset(np.full(50, 0.005), 1000) is None and audible_onset(np.full(5, 0.5), 1000) is None
+
+
+def test_leading_silence_is_dropped_and_nothing_after_it():
+    """The sound starts at its first audible window however the audio is cut into pushes; later pushes pass as they are."""
+    audio = np.r_[np.zeros(37), np.full(30, 0.05), np.zeros(20), np.full(13, 0.05)].astype(np.float32)
+    for cuts in ([100], [10, 20, 50, 100], [40, 41, 100]):
+        trim, parts, start = LeadingSilence(1000), [], 0
+        for end in cuts:
+            parts.append(trim(audio[start:end]))
+            start = end
+        out = np.concatenate(parts)
+        # the window 28..37 holds one loud sample: already audible (-36 dBFS); the fade (one sample) is on a zero
+        assert len(out) == len(audio) - 28 and np.array_equal(out, audio[28:]) and first_audible_sample(out, 1000) == 0
+    assert len(LeadingSilence(1000)(np.zeros(500, np.float32))) == 0  # silence alone never plays
+
+
+def test_the_opening_words_sound_leaves_before_the_word_is_complete(tiny_bundle):
+    """LLM-speed text whose lookahead is in: the first word's frames leave from its OPENING_FIRST_RENDER-th step on, not
+    when the word is complete; the codes are those of offline synthesis."""
+    bundle, config = tiny_bundle(2), synth_config(min_frames_per_word=12, max_frames_per_word=12)
+    offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=config))
+    chunks, _ = run(synthesize_words(bundle, WORDS, "s5", 200.0, config=config))
+    first = next(c for c in chunks if len(c.samples))
+    assert OPENING_FIRST_RENDER <= first.frames < 12 and first.words == ()
+    assert torch.equal(join_codes(offline), join_codes(chunks))
 
 
 def test_a_voice_prompt_prefixes_the_decoder_and_only_our_words_are_spoken(tiny_bundle):
