@@ -25,7 +25,7 @@ from typing import Callable
 from llm.base import LLMBackend, LLMError
 from tts.frontend.text import TextNormalizer
 from tts.inference.pipeline import Sink, Speech, gap_report
-from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
+from tts.inference.streaming import DEFAULT_MAX_STRETCH, SEGMENT_BREAK, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
 from .config import HISTORY_TURNS, SYSTEM_PROMPT, AgentSettings
@@ -185,14 +185,19 @@ class Agent:
 
     @staticmethod
     async def _spoken_words(pieces: asyncio.Queue):
-        """LLM pieces -> words -> the words as spoken (numbers, symbols, markdown handled), until the reply ends."""
+        """LLM pieces -> words -> the words as spoken (numbers, symbols, markdown handled), until the reply ends.
+        A code block the voice skips yields SEGMENT_BREAK where it opens: its many tokens would otherwise stall
+        the words before it, which wait for their lookahead words after it."""
         segmenter, normalizer = WordSegmenter(), TextNormalizer()
         while True:
             piece = await pieces.get()
             words = segmenter.flush(time.perf_counter_ns()) if piece is END else segmenter.push(piece.text, piece.t_ns)
             for word in words:
+                in_code = normalizer.in_code_block
                 for spoken in normalizer.push(word.text, word.line_start):
                     yield spoken
+                if normalizer.in_code_block and not in_code:
+                    yield SEGMENT_BREAK
             if piece is END:
                 return
 

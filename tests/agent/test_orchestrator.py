@@ -41,6 +41,29 @@ def test_a_turn_end_to_end_fills_its_record_in_order(bundles, mode):
     assert agent.history[-1] == {"role": "assistant", "content": reply}
 
 
+def test_a_code_block_breaks_the_word_stream_where_it_opens(bundles):
+    """The words before a skipped code block need not wait for their lookahead words after it (a stall of all its
+    tokens): a break goes to the engine where the fence opens; every spoken word still arrives once."""
+    from agent.orchestrator import END
+    from llm.base import Piece
+    from tts.inference.streaming import SEGMENT_BREAK
+
+    reply = "Use the print function:\n\n```python\nprint(1)\n```\n\nRun it."
+
+    async def spoken() -> list[str]:
+        pieces: asyncio.Queue = asyncio.Queue()
+        for token in reply.split(" "):
+            pieces.put_nowait(Piece(token + " ", 0))
+        pieces.put_nowait(END)
+        return [w async for w in Agent._spoken_words(pieces)]
+
+    words = asyncio.run(spoken())
+    assert words == ["Use", "the", "print", "function:", SEGMENT_BREAK, "Run", "it."]
+    agent, _ = make_agent(bundles, [("How?", reply)])
+    record = asyncio.run(agent.run_turn("How?"))
+    assert record.error is None and record.spoken_words == 6 and record.underruns == 0
+
+
 def test_history_is_sent_with_the_next_turn(bundles):
     agent, _ = make_agent(bundles, [("Hi", "Hello."), ("Again", "Hello again.")])
 

@@ -21,6 +21,7 @@ import torch
 from audio_io.sinks import ClockSink, PlaybackStats
 from tts.inference.streaming import (
     DEFAULT_MAX_STRETCH,
+    SEGMENT_BREAK,
     AudioChunk,
     StreamingSynthesizer,
     UtteranceTimes,
@@ -123,6 +124,9 @@ class Speech:
     async def feed(self, words: AsyncIterable[str] | Iterable[str]) -> None:
         """Words stage: every word into the synthesizer as it comes, then the end of the text."""
         async for word in _as_async(words):
+            if word == SEGMENT_BREAK:
+                self.synth.push_break()
+                continue
             if self.stamps.first_word_ns is None:
                 self.stamps.first_word_ns = time.perf_counter_ns()
             self.synth.push_word(word)

@@ -57,6 +57,7 @@ from tts.inference.synthesis import (
 from tts.paths import ASSETS
 
 MODES = ("s5", "t5", "sentence")
+SEGMENT_BREAK = "\u2029"  # in a word stream: the text pauses here (`push_break`), e.g. where a skipped code block opens
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 MODELS_DIR = ASSETS / "models"
 
@@ -253,6 +254,20 @@ class StreamingSynthesizer:
             self.times.start_allowed_ns = now
         self._wake.set()
 
+    def push_break(self) -> None:
+        """The text pauses here (a code block the voice skips): the words so far are spoken with no lookahead
+        past them, as a whole; the words after start a new segment (s5, sentence). Full context (t5) ignores it."""
+        if self._ended:
+            raise RuntimeError("push_break after end()")
+        if self.mode == "t5":
+            return
+        with self._lock:
+            self._pending.append(SEGMENT_BREAK)
+            spoke = bool(self.times.word_arrivals_ns)
+        if self.times.start_allowed_ns is None and spoke:
+            self.times.start_allowed_ns = time.perf_counter_ns()
+        self._wake.set()
+
     def end(self) -> None:
         if self._ended:
             return
@@ -336,19 +351,35 @@ class StreamingSynthesizer:
             self._pending.clear()
             ended = self._ended
         if self.mode == "s5":
-            if not self._segments:
-                self._new_segment([])
-            self._segments[-1].push_words(words)  # arrived together: one encoder pass
-            if ended and not self._input_done:
-                self._segments[-1].end()
+            run: list[str] = []
+            for word in words + [SEGMENT_BREAK] * (ended and not self._input_done):  # the end: a last break
+                if word != SEGMENT_BREAK:
+                    run.append(word)
+                    continue
+                segment = self._open_segment()
+                segment.push_words(run)  # arrived together: one encoder pass
+                run = []
+                if segment.words or ended:
+                    segment.end()
+            if run:
+                self._open_segment().push_words(run)
         else:
             for word in words:
+                if word == SEGMENT_BREAK:
+                    self._flush_held()
+                    continue
                 self._held_words.append(word)
                 if self.mode == "sentence" and SENTENCE_END.search(word):
                     self._flush_held()
             if ended and not self._input_done:
                 self._flush_held()
         self._input_done = ended
+
+    def _open_segment(self) -> UtteranceSynthesizer:
+        """s5: the segment words go to (a new one after a break)."""
+        if not self._segments or self._segments[-1].ended:
+            self._new_segment([])
+        return self._segments[-1]
 
     def _flush_held(self) -> None:
         if self._held_words:

@@ -270,3 +270,19 @@ def test_a_short_opening_word_waits_for_the_next_words_text(tiny_bundle, pause_s
     assert torch.equal(join_codes(offline), join_codes(result.chunks))  # timing changes, never the speech
     mid_word = [c for c in result.chunks[1:] if c.frames and not c.words]
     assert mid_word, "right after a short opening word, frames should leave before their word is complete"
+
+
+def test_a_break_ends_the_words_before_it_and_the_rest_start_afresh(tiny_bundle):
+    """A code block the voice skips: the words before it are spoken as a whole text (no waiting for lookahead words
+    after the block), the words after it as another; the same codes as synthesising the two texts one by one."""
+    from tts.inference.streaming import SEGMENT_BREAK
+
+    bundle, config = tiny_bundle(2), synth_config()
+    before, after = WORDS[:4], WORDS[4:]
+    first, _ = run(synthesize_words(bundle, before, "s5", config=config))
+    chunks, times = run(synthesize_words(bundle, [*before, SEGMENT_BREAK, *after], "s5", 200.0, config=config))
+    codes = join_codes(chunks)
+    assert torch.equal(codes[:, : join_codes(first).shape[1]], join_codes(first))
+    assert times.words == len(WORDS) and len(times.word_arrivals_ns) == len(WORDS)
+    short, short_times = run(synthesize_words(bundle, ["Run", "this:", SEGMENT_BREAK, "then", "more", "words."], "s5", 200.0, config=config))
+    assert short_times.start_allowed_ns is not None and short_times.start_allowed_ns <= short_times.word_arrivals_ns[2]
