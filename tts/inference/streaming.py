@@ -22,14 +22,20 @@ a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1
 not drain it. Pacing applies only while words come slower than 5 per second; an LLM stream (10-30 words/s) is
 never stretched or held.
 
-A short opening word (s5, LLM-speed text): when the first word is done but the next may not start yet (its
-lookahead words are still arriving, e.g. the many tokens of "$738.67,"), playing the first word at once would leave
-the player dry before the second is rendered. Its frames wait until the next word's text is in (at most
-`MAX_OPENING_HOLD_S`). After the opening word, until `SMALL_UNITS_UNTIL_S` of audio has left, frames leave every
-`SMALL_UNIT_STEPS` steps instead of at the end of a word, so that the second word starts playing before the short
-first one has run out. Smaller units cost more per frame, so only there, and not for slow text (the pacer has it
-in hand). The rule depends on the codes alone, not on timing, so the same codes are always cut into the same
-chunks, whatever the machine's speed.
+The opening (s5, LLM-speed text), where the floor is: from word k+1's arrival to the first sound. The opening
+word is rendered as it is decoded, from its `OPENING_FIRST_RENDER`-th step (the codec decoder and the vocoder hold
+back 2.75 frames, and the first frame is mostly the voice's leading silence), and its sound leaves before the word
+is complete once the word after it may follow at once (its lookahead text is in, or the text ended). The leading
+silence is dropped (`LeadingSilence`): the first sound is the first audible 10 ms. A short opening word whose
+successor still waits for text (the many tokens of "$738.67,") is held until that text is in (at most
+`MAX_OPENING_HOLD_S`), or the player would run dry after it. After the first sound, frames leave after every step
+until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_UNIT_STEPS` steps until `SMALL_UNITS_UNTIL_S`, so
+that the short first chunks last until the next is rendered. Smaller units cost more per frame, so only there, and
+not for slow text (the pacer has it in hand). Where chunks are cut never changes the audio: the mel codec and its
+vocoder stream exactly, and the leading silence is found on the joined stream.
+
+A code block the voice skips (`push_break`, `SEGMENT_BREAK` in a word stream) ends the words before it as a
+whole text, so they do not wait for lookahead words from after the block; the words after it start a new segment.
 """
 from __future__ import annotations
 
@@ -105,7 +111,9 @@ def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path 
     directory = Path(model_dir) if model_dir else default_model_dir(mode)
     if not (directory / "model.safetensors").exists():
         raise UserError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
-    return TTSBundle.load(directory, codec_dir)
+    bundle = TTSBundle.load(directory, codec_dir)
+    bundle.warm_up()
+    return bundle
 
 
 @dataclass
