@@ -157,6 +157,7 @@ class UtteranceSynthesizer:
             minimum = max(self.config.min_frames_per_word, round(self.config.min_seconds_per_phoneme * phonemes * rate))
             self.word_minimums.append(min(minimum, self.word_caps[-1]))
         self.encoder.push_words(kept)
+        self.decoder.add_slots(self.encoder.read_slots())  # project the new slots now, not in the next step
         return spoken
 
     def end(self) -> None:
