@@ -23,7 +23,8 @@ from .echo import PlaybackLevels
 from .levels import first_audible_sample
 from .wav import write_wav
 
-START_BUFFER_MS = 40.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended)
+START_BUFFER_MS = 40.0  # jitter buffer: playback starts once this much audio is queued (or the turn ended); about two
+# device blocks of 512 samples: the engine's first chunk carries 40-70 ms of sound and the next follows within ~25 ms
 
 
 class AudioDeviceError(UserError):
