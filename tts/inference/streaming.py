@@ -422,10 +422,6 @@ class StreamingSynthesizer:
             steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_UNIT_STEPS) if small else S5_STEPS_PER_UNIT
             completed = segment.step(max_frames=steps, stop_at_word=True)
             emit = bool(completed) or segment.finished or small
-            if emit and self._holds_opening(segment):
-                if self._opening_hold_until_ns is None:
-                    self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
-                emit = False
         else:
             completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))
             emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
@@ -452,8 +448,8 @@ class StreamingSynthesizer:
     def _opening_unit(self, segment: UtteranceSynthesizer, started: int) -> AudioChunk | None:
         """Decode a step (the first unit: the steps before the first sound can be rendered), render at once, and
         let the sound go when the word after the opening one may follow at once (its text is in, or the text
-        ended) or the opening word is long; a short opening word whose successor waits for text is held
-        (`_holds_opening`)."""
+        ended) or the opening word is long (`SHORT_OPENING_S`); a short opening word whose successor waits for
+        text is held until that text is in, at most `MAX_OPENING_HOLD_S`."""
         completed = segment.step(max_frames=max(1, OPENING_FIRST_RENDER - len(segment.frames)), stop_at_word=True)
         self._count(segment, completed)
         self._render(segment)
@@ -471,15 +467,6 @@ class StreamingSynthesizer:
         with self._lock:
             arrived, ended = len(self._pending), self._ended
         return ended or segment.ended or len(segment.words) + arrived >= 2 + self.k
-
-    def _holds_opening(self, segment: UtteranceSynthesizer) -> bool:
-        """Should the opening word just completed wait for the next one? Only the first chunk of an utterance, only
-        when it is short and the next word must wait for text, and only for LLM-speed text (slow text is paced)."""
-        if self._sent_audio or self._cursor or segment.finished:
-            return False
-        if self._next_word_free(segment) or not self._pacer_off_for_text():
-            return False
-        return self._unrendered_s(segment) < SHORT_OPENING_S
 
     def _unrendered_s(self, segment: UtteranceSynthesizer) -> float:
         """Seconds of frames decoded and not yet sent (rendered into `_unsent` or not)."""
