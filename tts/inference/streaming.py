@@ -82,6 +82,7 @@ SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave aft
 # (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
 OPENING_FIRST_RENDER = 5  # s5: the opening word's frames leave from its 5th decoder step (the codec decoder and the
 # vocoder hold back 2.75 frames; the first frame is mostly the voice's leading silence), then after every step
+OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
 WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
 # worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
 FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
@@ -450,10 +451,16 @@ class StreamingSynthesizer:
         let the sound go when the word after the opening one may follow at once (its text is in, or the text
         ended) or the opening word is long (`SHORT_OPENING_S`); a short opening word whose successor waits for
         text is held until that text is in, at most `MAX_OPENING_HOLD_S`."""
+        decoded = len(segment.frames)
         completed = segment.step(max_frames=max(1, OPENING_FIRST_RENDER - len(segment.frames)), stop_at_word=True)
+        stepped = time.perf_counter_ns()
         self._count(segment, completed)
         self._render(segment)
-        sound = any(len(a) for a in self._unsent)
+        # the first chunk must last while the next is made (a step and a render, at this moment's speed: an LLM on
+        # the same cores can make both several times slower)
+        next_unit_s = ((stepped - started) / max(1, len(segment.frames) - decoded) + time.perf_counter_ns() - stepped) / 1e9
+        sound_s = sum(len(a) for a in self._unsent) / self.sample_rate
+        sound = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_unit_s or segment.finished)
         emit = sound and (segment.finished or self._next_word_free(segment) or self._unrendered_s(segment) >= SHORT_OPENING_S)
         if sound and segment.current > 1 and not emit and self._opening_hold_until_ns is None:
             self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
