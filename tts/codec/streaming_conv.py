@@ -83,7 +83,6 @@ class StreamConvTranspose1d(nn.ConvTranspose1d):
         state[self] = (carry, to_drop - drop)
         return ready[:, :, drop:]
 
-
     def _transposed(self, x: torch.Tensor) -> torch.Tensor:
         """Unpadded, unbiased transposed convolution (B, C, n) -> (B, C', (n - 1) * stride + kernel). At inference:
         one matrix product, then overlap-add (`fold`); PyTorch's CPU path costs several times more on a few frames."""

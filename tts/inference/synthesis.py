@@ -87,7 +87,6 @@ class TTSBundle:
         model, symbols, meta = load_exported(Path(model_dir))
         return cls(model, symbols, load_codec(codec_dir or meta.get("train", {}).get("codec_dir")))
 
-
     def warm_up(self) -> None:
         """A throwaway utterance, and its codes through a streaming decoder in every chunk size a turn uses: the
         first real turn then finds the vocoder loaded and first calls' work done. Without it the first turn of
