@@ -104,7 +104,11 @@ def test_two_requests_at_once_get_their_own_audio(bundles):
     async def together(client):
         return list(await asyncio.gather(*(one(client, t) for t in texts)))
 
-    assert call(bundles, together) == call(bundles, alone)
+    # the same speech, sample for sample; when each chunk left may differ (the opening leaves as soon as it can),
+    # and with it the float rounding of a sample (1e-7): at most one step of 16-bit PCM
+    for mixed, single in zip(call(bundles, together), call(bundles, alone), strict=True):
+        mixed, single = np.frombuffer(mixed, np.int16).astype(int), np.frombuffer(single, np.int16).astype(int)
+        assert len(mixed) == len(single) and np.abs(mixed - single).max() <= 1
 
 
 def test_bench_serve_reports_each_session_count(bundles):

@@ -31,8 +31,9 @@ successor still waits for text (the many tokens of "$738.67,") is held until tha
 `MAX_OPENING_HOLD_S`), or the player would run dry after it. After the first sound, frames leave after every step
 until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_UNIT_STEPS` steps until `SMALL_UNITS_UNTIL_S`, so
 that the short first chunks last until the next is rendered. Smaller units cost more per frame, so only there, and
-not for slow text (the pacer has it in hand). Where chunks are cut never changes the audio: the mel codec and its
-vocoder stream exactly, and the leading silence is found on the joined stream.
+not for slow text (the pacer has it in hand). When a chunk leaves now depends on timing (the text's arrival, the
+machine's speed), and where chunks are cut changes the audio by float rounding alone (about 1e-7): the mel codec
+and its vocoder stream exactly, and the leading silence is found on the joined stream.
 
 A code block the voice skips (`push_break`, `SEGMENT_BREAK` in a word stream) ends the words before it as a
 whole text, so they do not wait for lookahead words from after the block; the words after it start a new segment.
