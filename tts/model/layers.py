@@ -91,8 +91,13 @@ class FeedForward(nn.Module):
         else:
             if history is None:
                 history = x.new_zeros(B, self.kernel - 1, C)
-            h = torch.cat([history, x], dim=1).transpose(1, 2)  # (B, C, kernel-1+T)
-            h = F.gelu(self.conv(h)).transpose(1, 2)  # (B, T, d_ffn)
+            h = torch.cat([history, x], dim=1)  # (B, kernel-1+T, C)
+            if self.training:
+                h = self.conv(h.transpose(1, 2)).transpose(1, 2)  # (B, T, d_ffn)
+            else:  # one matrix product over the unfolded tokens: the CPU convolution costs ~1.3 ms on a few tokens
+                h = F.linear(h.unfold(1, self.kernel, 1).reshape(B, T, C * self.kernel),
+                             self.conv.weight.reshape(self.conv.out_channels, C * self.kernel), self.conv.bias)
+            h = F.gelu(h)
         return self.drop(self.proj(h))
 
 
