@@ -241,7 +241,6 @@ class StreamingSynthesizer:
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self._opening_hold_until_ns: int | None = None  # a short opening word waits for the next one until then
         self._emitted_s = 0.0  # audio sent so far
-        self._sent_audio = False  # a chunk with samples has left
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
         self._unsent_codes: list[torch.Tensor] = []
         self._unsent_frames = 0
@@ -442,10 +441,7 @@ class StreamingSynthesizer:
     def _in_opening(self) -> bool:
         """s5, LLM-speed text, no sound has left yet: the opening word is rendered as it is decoded, and its sound
         leaves as soon as nothing can make it wait (slow text: the pacer decides how the opening plays)."""
-        return not self._sent_audio and self._pacer_off_for_text()
-
-    def _pacer_off_for_text(self) -> bool:
-        return not Pacer.paces(self._text_interval_ns())
+        return not self._emitted_s and not Pacer.paces(self._text_interval_ns())
 
     def _opening_unit(self, segment: UtteranceSynthesizer, started: int) -> AudioChunk | None:
         """Decode a step (the first unit: the steps before the first sound can be rendered), render at once, and
@@ -510,7 +506,7 @@ class StreamingSynthesizer:
         self._unsent_frames += len(new)
 
     def _take_chunk(self) -> AudioChunk | None:
-        """Everything rendered and not yet sent, as one chunk (None: nothing was rendered since)."""
+        """Everything rendered and not yet sent, as one chunk (None: nothing audible was rendered since)."""
         if self._opening_hold_until_ns is not None:
             held_since = self._opening_hold_until_ns - round(MAX_OPENING_HOLD_S * 1e9)
             self.times.opening_hold_ms = (time.perf_counter_ns() - held_since) / 1e6
@@ -522,10 +518,9 @@ class StreamingSynthesizer:
         frames = self._unsent_frames
         self._unsent, self._unsent_codes, self._unsent_frames = [], [], 0
         play_after = None
-        if len(audio) and self._play_after_ns is not None:  # on the first chunk that has samples
+        if self._play_after_ns is not None:  # on the first chunk (every chunk has samples)
             play_after, self._play_after_ns = self._play_after_ns, None
         self._emitted_s += len(audio) / self.sample_rate
-        self._sent_audio = self._sent_audio or bool(len(audio))
         words, self._words_done = tuple(self._words_done), []
         return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), frames, codes=codes, play_after_ns=play_after,
                           words=words)
@@ -553,10 +548,10 @@ class StreamingSynthesizer:
     def _emit_tail(self, started: int) -> AudioChunk:
         tail = self._leading_silence(self._codec_stream.flush()) if self._codec_stream is not None else np.zeros(0, np.float32)
         self._unsent.append(tail)
-        chunk = self._take_chunk() or AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), 0)
-        if self._unsent_codes:  # the whole utterance was silent: its frames still go out, with no sound
-            chunk = AudioChunk(tail, self.sample_rate, time.perf_counter_ns(), self._unsent_frames,
-                               codes=torch.cat(self._unsent_codes, dim=1), words=tuple(self._words_done))
+        # nothing audible left (or in the whole utterance): the frames not yet sent still go out, with no sound
+        chunk = self._take_chunk() or AudioChunk(
+            tail, self.sample_rate, time.perf_counter_ns(), self._unsent_frames, words=tuple(self._words_done),
+            codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None)
         chunk.final = True
         self.times.compute_ns += time.perf_counter_ns() - started
         return chunk

@@ -284,5 +284,5 @@ def test_a_break_ends_the_words_before_it_and_the_rest_start_afresh(tiny_bundle)
     codes = join_codes(chunks)
     assert torch.equal(codes[:, : join_codes(first).shape[1]], join_codes(first))
     assert times.words == len(WORDS) and len(times.word_arrivals_ns) == len(WORDS)
-    short, short_times = run(synthesize_words(bundle, ["Run", "this:", SEGMENT_BREAK, "then", "more", "words."], "s5", 200.0, config=config))
+    _, short_times = run(synthesize_words(bundle, ["Run", "this:", SEGMENT_BREAK, "then", "more", "words."], "s5", 200.0, config=config))
     assert short_times.start_allowed_ns is not None and short_times.start_allowed_ns <= short_times.word_arrivals_ns[2]
