@@ -191,6 +191,10 @@ class StreamingVocoder:
 
 @lru_cache(maxsize=2)
 def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
-    """One read-only vocoder per name and process (loading the 56 MB checkpoint takes about a second); streams keep their
-    own state."""
-    return Vocoder.load(name)
+    """One read-only vocoder per name and process, for inference (loading the 56 MB checkpoint takes about a second);
+    streams keep their own state. An iSTFT vocoder's blocks run in bfloat16 where the CPU has it
+    (`IstftGenerator.use_bf16_blocks`); `Vocoder.load` keeps float32 (training, distillation)."""
+    vocoder = Vocoder.load(name)
+    if isinstance(vocoder.generator, IstftGenerator):
+        vocoder.generator.use_bf16_blocks()
+    return vocoder

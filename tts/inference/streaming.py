@@ -41,6 +41,7 @@ whole text, so they do not wait for lookahead words from after the block; the wo
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import threading
@@ -115,6 +116,9 @@ def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path 
         raise UserError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
     bundle = TTSBundle.load(directory, codec_dir)
     bundle.warm_up()
+    # what loading made lives as long as the process: out of the collector's sight, so that a full collection
+    # during a turn costs ~1 ms instead of 50-125 ms (measured in `s5 bench e2e`), a pause that stalls the worker
+    gc.freeze()
     return bundle
 
 
@@ -240,6 +244,7 @@ class StreamingSynthesizer:
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self._opening_hold_until_ns: int | None = None  # a short opening word waits for the next one until then
+        self._opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
         self._emitted_s = 0.0  # audio sent so far
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
         self._unsent_codes: list[torch.Tensor] = []
@@ -402,6 +407,8 @@ class StreamingSynthesizer:
             return None, "done"
         torch.set_num_threads(WORKER_TORCH_THREADS)
         started = time.perf_counter_ns()
+        if self._opening_ready and self._segments and self._next_word_free(self._segments[0]):
+            return self._take_chunk(), "progress"  # the text it waited for came in: sound first, encoding after
         self._absorb_input()
         while self._segments and self._segments[0].finished and self._cursor >= len(self._segments[0].frames):
             self._finish_segment()
@@ -447,21 +454,27 @@ class StreamingSynthesizer:
         """Decode a step (the first unit: the steps before the first sound can be rendered), render at once, and
         let the sound go when the word after the opening one may follow at once (its text is in, or the text
         ended) or the opening word is long (`SHORT_OPENING_S`); a short opening word whose successor waits for
-        text is held until that text is in, at most `MAX_OPENING_HOLD_S`."""
-        decoded = len(segment.frames)
+        text is held until that text is in, at most `MAX_OPENING_HOLD_S`. Once the sound is ready, the units
+        that wait for that text decode a step each without rendering, so that `_work` lets it go within a step of
+        the text's arrival."""
+        decoded, stepping = len(segment.frames), time.perf_counter_ns()  # after this unit's encoding of new words
         completed = segment.step(max_frames=max(1, OPENING_FIRST_RENDER - len(segment.frames)), stop_at_word=True)
         stepped = time.perf_counter_ns()
         self._count(segment, completed)
-        self._render(segment)
-        # the first chunk must last while the next is made (a step and a render, at this moment's speed: an LLM on
-        # the same cores can make both several times slower)
-        next_unit_s = ((stepped - started) / max(1, len(segment.frames) - decoded) + time.perf_counter_ns() - stepped) / 1e9
-        sound_s = sum(len(a) for a in self._unsent) / self.sample_rate
-        sound = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_unit_s or segment.finished)
-        emit = sound and (segment.finished or self._next_word_free(segment) or self._unrendered_s(segment) >= SHORT_OPENING_S)
-        if sound and segment.current > 1 and not emit and self._opening_hold_until_ns is None:
+        if not self._opening_ready:
+            self._render(segment)
+            # the first chunk must last while the next is made (a step and a render, at this moment's speed: an LLM
+            # on the same cores can make both several times slower)
+            next_unit_s = ((stepped - stepping) / max(1, len(segment.frames) - decoded) + time.perf_counter_ns() - stepped) / 1e9
+            sound_s = sum(len(a) for a in self._unsent) / self.sample_rate
+            self._opening_ready = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_unit_s or segment.finished)
+        emit = self._opening_ready and (segment.finished or self._next_word_free(segment)
+                                        or self._unrendered_s(segment) >= SHORT_OPENING_S)
+        if self._opening_ready and segment.current > 1 and not emit and self._opening_hold_until_ns is None:
             self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
-        chunk = self._take_chunk() if emit else None
+        # what is rendered leaves now; frames decoded since wait for the next unit's render (a finished segment
+        # has no next unit)
+        chunk = (self._emit(segment) if segment.finished else self._take_chunk()) if emit else None
         self.times.compute_ns += time.perf_counter_ns() - started
         return chunk
 
@@ -521,6 +534,7 @@ class StreamingSynthesizer:
         if self._play_after_ns is not None:  # on the first chunk (every chunk has samples)
             play_after, self._play_after_ns = self._play_after_ns, None
         self._emitted_s += len(audio) / self.sample_rate
+        self._opening_ready = False
         words, self._words_done = tuple(self._words_done), []
         return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), frames, codes=codes, play_after_ns=play_after,
                           words=words)

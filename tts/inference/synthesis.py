@@ -174,7 +174,7 @@ class UtteranceSynthesizer:
             return True
         return self.k is not None and len(self.words) >= self.current + self.k
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self, max_frames: int | None = None, stop_at_word: bool = False) -> list[WordChunk]:
         """Decode frames while allowed (at most max_frames, and only up to the next completed word with
         stop_at_word); return the chunks of the words completed."""

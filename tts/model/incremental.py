@@ -55,12 +55,12 @@ class IncrementalEncoder:
         """Words pushed so far (not counting the EOS word that end() adds)."""
         return len(self.word_starts) - int(self.ended and bool(self.word_starts))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def push_word(self, token_ids: list[int]) -> None:
         """Add the phoneme ids of the next word (its punctuation included)."""
         self.push_words([token_ids])
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def push_words(self, words: list[list[int]]) -> None:
         """Add several words at once (a number that expands to many): one pass through each layer for all of
         them, the same slots as pushing them one by one."""
@@ -77,7 +77,7 @@ class IncrementalEncoder:
         if self.k is not None:
             self._emit_groups(range(first, len(self.word_starts) + 1))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def end(self) -> None:
         """The text is complete: EOS arrives as word N+1, and every remaining slot becomes computable."""
         if self.ended:
@@ -174,7 +174,7 @@ class DecoderState:
         self.slot_tokens = torch.empty(0, dtype=torch.long)
         self.position = 0
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def add_slots(self, update: SlotUpdate | None) -> None:
         if update is None:
             return
@@ -194,7 +194,7 @@ class StepOutput:
     token_attention: torch.Tensor  # (n, T) cross-attention of the alignment layers over tokens (head mean)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def decode_step(state: DecoderState, input_codes: torch.Tensor, step_words: torch.Tensor) -> StepOutput:
     """Run n new decoder positions. input_codes: (K, n) frames fed in (BOS first); step_words: (n,) A(s)."""
     model, c = state.model, state.model.config
@@ -202,7 +202,7 @@ def decode_step(state: DecoderState, input_codes: torch.Tensor, step_words: torc
     start = state.position
     positions = torch.arange(start, start + n)
     x = model.embed_frames(input_codes[None]) + sinusoidal_positions(positions, c.d_model)
-    self_mask = causal_mask(start + n)[start:]
+    self_mask = causal_mask(start + n)[start:] if n > 1 else None  # one new step sees every cached one
     cross_mask = cross_slot_mask(state.slot_words, state.slot_versions, step_words, c.lookahead_words)[None]
     attention = []
     for i, layer in enumerate(model.decoder_layers):

@@ -50,14 +50,15 @@ class Attention(nn.Module):
         self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
         bias: torch.Tensor | None = None, return_scores: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, S, C) queries; k, v: (B, nh, T, hs); mask: (B, S, T) or (S, T) bool, True = may attend;
-        bias: optional (B, S, T) added to the logits (attention prior). Returns (B, S, C) and, if asked, the
-        masked logits (B, nh, S, T)."""
+        """x: (B, S, C) queries; k, v: (B, nh, T, hs); mask: (B, S, T) or (S, T) bool, True = may attend (None:
+        every key, as for the one new step of a decoder); bias: optional (B, S, T) added to the logits (attention
+        prior). Returns (B, S, C) and, if asked, the masked logits (B, nh, S, T)."""
         B, S, C = x.shape
         q = self.query(x).view(B, S, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, S, hs)
-        mask = _open_empty_rows(mask)
-        if mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, 1, S, T)
+        if mask is not None:
+            mask = _open_empty_rows(mask)
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (B, 1, S, T)
         dropout = self.dropout if self.training else 0.0
         if not return_scores and bias is None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
@@ -66,7 +67,8 @@ class Attention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, nh, S, T)
             if bias is not None:
                 scores = scores + bias.unsqueeze(1)
-            scores = scores.masked_fill(~mask, float("-inf"))
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
             y = F.dropout(scores.softmax(-1), dropout, self.training) @ v
         y = y.transpose(1, 2).reshape(B, S, C)
         return self.out(y), scores
@@ -170,11 +172,11 @@ class DecoderLayer(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(
-        self, x: torch.Tensor, self_mask: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor,
+        self, x: torch.Tensor, self_mask: torch.Tensor | None, cross_k: torch.Tensor, cross_v: torch.Tensor,
         cross_mask: torch.Tensor, cache: KVCache | None = None, cross_bias: torch.Tensor | None = None,
         return_scores: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, S, C) new decoder positions; self_mask: (S, S_cached + S); cross_k/v: (B, nh, L, hs) memory
+        """x: (B, S, C) new decoder positions; self_mask: (S, S_cached + S) (None: all); cross_k/v: (B, nh, L, hs) memory
         slots; cross_mask: (B, S, L). Returns (B, S, C) and, if asked, the cross-attention logits (B, nh, S, L)."""
         h = self.norm_self(x)
         k, v = self.self_attn.project_kv(h)
