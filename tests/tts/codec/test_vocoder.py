@@ -204,6 +204,22 @@ def test_istft_vocoder_saves_and_loads(tmp_path):
     assert np.abs(loaded(features) - reference).mean() < 0.02 * np.abs(reference).mean() + 1e-6  # fp16 weights
 
 
+def test_a_loaded_istft_vocoder_runs_its_blocks_in_bfloat16_and_still_streams(tmp_path):
+    """`load_vocoder` (inference) halves the blocks' weights where the CPU computes bfloat16; `Vocoder.load`
+    (training) keeps float32. The sound stays the float32 sound within 30 dB, and streaming still equals offline."""
+    Vocoder(_istft_generator()).save(tmp_path / "voc")
+    fast, exact = load_vocoder(str(tmp_path / "voc")), Vocoder.load(tmp_path / "voc")
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert fast.generator.blocks[0].pwconv1.weight.dtype == (torch.bfloat16 if native else torch.float32)
+    assert exact.generator.blocks[0].pwconv1.weight.dtype == torch.float32
+    features = mel.log_mel(read_wav(FIXTURE)[0][:9000])
+    reference = exact(features)
+    assert 10 * np.log10((reference**2).sum() / ((fast(features) - reference) ** 2).sum()) > 30
+    x = torch.as_tensor(features).T[None]
+    with torch.inference_mode():
+        assert torch.allclose(_stream(fast.generator, x, 4), fast.generator(x), atol=1e-3)
+
+
 def test_istft_training_batches_align_audio_with_frames():
     """The scored frames' target audio starts at the first scored frame's centre, and the phase target's STFT window
     of scored frame j is centred on the same sample; a phase 2 pi away costs nothing."""

@@ -202,6 +202,30 @@ def test_the_opening_words_sound_leaves_before_the_word_is_complete(tiny_bundle)
     assert torch.equal(join_codes(offline), join_codes(chunks))
 
 
+def test_a_ready_opening_leaves_when_its_text_arrives_before_that_text_is_encoded(tiny_bundle):
+    """The opening's sound is rendered and waits for the second word's lookahead text (word 4): the unit after that
+    word arrives sends what was rendered at once, and encodes word 4 only after (the encoder pass is not in the
+    floor). The worker's units are driven one by one here, in a thread as the engine runs them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bundle, config = tiny_bundle(2), synth_config(min_frames_per_word=12, max_frames_per_word=12)
+    synth = StreamingSynthesizer(bundle, "s5", config)
+    for word in WORDS[:3]:
+        synth.push_word(word)
+    with ThreadPoolExecutor(1) as worker:
+        for _ in range(OPENING_FIRST_RENDER):
+            chunk, _ = worker.submit(synth._work).result()
+            assert chunk is None
+            if synth._opening_ready:
+                break
+        assert synth._opening_ready, "the opening word's first frames should be rendered and ready"
+        rendered = synth._unsent_frames
+        synth.push_word(WORDS[3])
+        chunk, state = worker.submit(synth._work).result()
+    assert state == "progress" and chunk is not None and chunk.frames == rendered and len(chunk.samples)
+    assert len(synth._segments[0].words) == 3  # word 4 waits for the next unit
+
+
 def test_a_voice_prompt_prefixes_the_decoder_and_only_our_words_are_spoken(tiny_bundle):
     from tts.inference.synthesis import UtteranceSynthesizer, VoicePrompt
 
