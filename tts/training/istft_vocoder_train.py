@@ -24,6 +24,7 @@ from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import load_vocoder
 from tts.data.features import cache_path, cached_fp16, load_audio
+from tts.errors import UserError
 from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
 
 
@@ -37,6 +38,7 @@ class IstftTrainConfig:
     utterances: int = 800
     phase_weight: float = 1.0
     teacher: str = "universal"  # the vocoder whose audio is the target (cached beside the corpus); "" for the recordings
+    init_from: str = ""  # a saved iSTFT vocoder (folder) to continue from, with a fresh optimizer (a new session)
     speaker: str = "piper_joe"
     seed: int = 0
 
@@ -119,6 +121,13 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     generator = IstftGenerator(model_config)
+    if config.init_from and not (out / "train_state.pt").exists():  # a resumable run in `out` wins
+        from tts.codec.vocoder import Vocoder
+
+        source = Vocoder.load(config.init_from).generator  # float32 (load_vocoder would halve the blocks)
+        if not isinstance(source, IstftGenerator) or source.config != model_config:
+            raise UserError(f"{config.init_from} is not an iSTFT vocoder of this shape")
+        generator.load_state_dict(source.state_dict())
     optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
     pairs = training_pairs(corpus, codec, config, progress)
     log = train_for_minutes(generator, optimizer, lambda: losses(generator, *batch(pairs, config, rng), config), out,

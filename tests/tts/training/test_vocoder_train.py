@@ -51,6 +51,16 @@ def test_istft_vocoder_trains_saves_and_resumes(corpus, codec, tmp_path):
     vocoder = load_vocoder(str(tmp_path / "voc"))
     assert vocoder.generator.config.kind == "istft"
     assert np.isfinite(vocoder(np.full((8, mel.N_MELS), -5.0, np.float32))).all()
+    # a new session continues from the saved weights (no train_state.pt there): it starts where they left off
+    from dataclasses import replace
+
+    from tts.codec.vocoder import Vocoder
+
+    start = Vocoder.load(tmp_path / "voc").generator.state_dict()
+    again = train_istft_vocoder(corpus, codec, tmp_path / "again", shape, replace(config, init_from=str(tmp_path / "voc"), lr=0.0))
+    assert again["steps"] >= 1  # lr 0: nothing moves, so the saved weights are the starting ones
+    ended = Vocoder.load(tmp_path / "again").generator.state_dict()
+    assert all(torch.allclose(start[k], ended[k], atol=1e-3) for k in start)
 
 
 @pytest.mark.slow
