@@ -47,7 +47,7 @@ class Attention(nn.Module):
                 v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2))
 
     def attend(
-        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
         bias: torch.Tensor | None = None, return_scores: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, S, C) queries; k, v: (B, nh, T, hs); mask: (B, S, T) or (S, T) bool, True = may attend (None:
@@ -176,8 +176,8 @@ class DecoderLayer(nn.Module):
         cross_mask: torch.Tensor, cache: KVCache | None = None, cross_bias: torch.Tensor | None = None,
         return_scores: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, S, C) new decoder positions; self_mask: (S, S_cached + S) (None: all); cross_k/v: (B, nh, L, hs) memory
-        slots; cross_mask: (B, S, L). Returns (B, S, C) and, if asked, the cross-attention logits (B, nh, S, L)."""
+        """x: (B, S, C) new decoder positions; self_mask: (S, S_cached + S), None for all; cross_k/v: (B, nh, L, hs)
+        memory slots; cross_mask: (B, S, L). Returns (B, S, C) and, if asked, the cross-attention logits (B, nh, S, L)."""
         h = self.norm_self(x)
         k, v = self.self_attn.project_kv(h)
         if cache is not None:

@@ -89,7 +89,8 @@ def _codec_vocoder(args: argparse.Namespace) -> int:
         from tts.training.istft_vocoder_train import IstftTrainConfig, train_istft_vocoder
 
         train_config = IstftTrainConfig(minutes=args.minutes, batch=args.batch or 16, lr=args.lr or 5e-4,
-                                        utterances=args.utterances, teacher=args.teacher, init_from=args.init_from or "")
+                                        utterances=args.utterances, teacher=args.teacher,
+                                        init_from=args.init_from or "")
         with progress_bar() as progress:
             log = train_istft_vocoder(args.corpus, codec, args.out, IstftVocoderConfig(), train_config, progress)
         err.print(f"iSTFT vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")

@@ -57,7 +57,8 @@ def test_istft_vocoder_trains_saves_and_resumes(corpus, codec, tmp_path):
     from tts.codec.vocoder import Vocoder
 
     start = Vocoder.load(tmp_path / "voc").generator.state_dict()
-    again = train_istft_vocoder(corpus, codec, tmp_path / "again", shape, replace(config, init_from=str(tmp_path / "voc"), lr=0.0))
+    resumed = replace(config, init_from=str(tmp_path / "voc"), lr=0.0)
+    again = train_istft_vocoder(corpus, codec, tmp_path / "again", shape, resumed)
     assert again["steps"] >= 1  # lr 0: nothing moves, so the saved weights are the starting ones
     ended = Vocoder.load(tmp_path / "again").generator.state_dict()
     assert all(torch.allclose(start[k], ended[k], atol=1e-3) for k in start)
