@@ -48,12 +48,10 @@ class ConvNeXtBlock(nn.Module):
         if state is not None and self.dwconv.right:
             x = _delay(x, state, (self, "residual"), h.shape[2])
         h = self.norm(h.transpose(1, 2))  # (B, T, C)
+        T = h.shape[1]
         if self.pwconv1.weight.dtype == torch.bfloat16:  # inference: see IstftGenerator.use_bf16_blocks
-            T = h.shape[1]
             h = F.pad(h, (0, 0, 0, -T % BF16_ROWS)).to(torch.bfloat16)  # rows are independent: padding changes none
-            h = self.pwconv2(F.gelu(self.pwconv1(h)))[:, :T].to(x.dtype)
-        else:
-            h = self.pwconv2(F.gelu(self.pwconv1(h)))
+        h = self.pwconv2(F.gelu(self.pwconv1(h)))[:, :T].to(x.dtype)
         return x + (self.scale * h).transpose(1, 2)
 
 

@@ -177,7 +177,8 @@ class DecoderLayer(nn.Module):
         return_scores: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, S, C) new decoder positions; self_mask: (S, S_cached + S), None for all; cross_k/v: (B, nh, L, hs)
-        memory slots; cross_mask: (B, S, L). Returns (B, S, C) and, if asked, the cross-attention logits (B, nh, S, L)."""
+        memory slots; cross_mask: (B, S, L). Returns (B, S, C) and, if asked, the cross-attention logits
+        (B, nh, S, L)."""
         h = self.norm_self(x)
         k, v = self.self_attn.project_kv(h)
         if cache is not None:

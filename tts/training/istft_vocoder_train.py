@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from tts.codec import mel
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
-from tts.codec.vocoder import load_vocoder
+from tts.codec.vocoder import Vocoder, load_vocoder
 from tts.data.features import cache_path, cached_fp16, load_audio
 from tts.errors import UserError
 from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
@@ -122,8 +122,6 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
     rng = np.random.default_rng(config.seed)
     generator = IstftGenerator(model_config)
     if config.init_from and not (out / "train_state.pt").exists():  # a resumable run in `out` wins
-        from tts.codec.vocoder import Vocoder
-
         source = Vocoder.load(config.init_from).generator  # float32 (load_vocoder would halve the blocks)
         if not isinstance(source, IstftGenerator) or source.config != model_config:
             raise UserError(f"{config.init_from} is not an iSTFT vocoder of this shape")
