@@ -5,6 +5,7 @@ Implemented by the mel codec (`mel_codec.MelCodec`: FSQ over log-mel, voiced by 
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Protocol
 
 import numpy as np
@@ -40,3 +41,17 @@ class Codec(Protocol):
         ...
 
     def streaming_decoder(self) -> StreamingDecoder: ...
+
+
+@cache
+def held_back_frames(codec: Codec) -> int:
+    """Codec frames a streaming decoder must be given past a frame before all of that frame's audio is out (its
+    decoder's and vocoder's right context, rounded up): measured once per codec by streaming one code at a time."""
+    stream, code = codec.streaming_decoder(), torch.zeros(codec.num_codebooks, 1, dtype=torch.long)
+    out = pushed = 0
+    while out < codec.samples_per_frame:
+        if pushed == 64:
+            raise RuntimeError("the codec's streaming decoder returned no audio for 64 frames")
+        out += len(stream.push(code))
+        pushed += 1
+    return pushed - 1

@@ -3,7 +3,7 @@ back to log-mel and voiced by a vocoder (the shipped codec names the iSTFT one, 
 
 encode: audio -> log-mel (86.13 frames/s) -> conv encoder, `stack` mel frames per codec frame -> 8 groups of FSQ
         scalars -> [K, T] codes (the encoder sees the whole utterance: it only runs offline, on the corpus)
-decode: codes -> streaming conv decoder (one codec frame of lookahead, then causal) -> log-mel -> vocoder
+decode: codes -> streaming conv decoder (`decoder_lookahead` codec frames of lookahead, then causal) -> log-mel -> vocoder
 Every decoder convolution streams with exact results (`streaming_conv`), and so does the vocoder: streamed audio
 equals offline audio, with no re-rendering and no crossfade at chunk joins.
 """
@@ -38,7 +38,7 @@ class MelCodecConfig:
     num_codebooks: int = 8
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
-    decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead
+    decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead (0: causal, 46 ms less held back)
     vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1) or a trained vocoder's folder, from the repo root
 
     @property
@@ -94,7 +94,8 @@ class MelDecoder(nn.Module):
     def __init__(self, config: MelCodecConfig, fsq_dim: int):
         super().__init__()
         c = config.channels
-        self.inp = StreamConv1d(fsq_dim, c, 1 + 2 * config.decoder_lookahead)
+        ahead = config.decoder_lookahead  # 1: a centred kernel of 3; 0: a causal one (two frames of history)
+        self.inp = StreamConv1d(fsq_dim, c, 1 + 2 * max(ahead, 1), right=ahead)
         self.units = nn.ModuleList([ResUnit(c, d, 0) for d in (1, 2, 4)])
         self.ups = nn.ModuleList([StreamConvTranspose1d(c, c, 4, 2, 1) for _ in range(int(math.log2(config.stack)))])
         self.up_units = nn.ModuleList([ResUnit(c, 1, 0) for _ in self.ups])

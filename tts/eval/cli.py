@@ -23,7 +23,8 @@ def _eval(args: argparse.Namespace) -> int:
 
         prompt, clip = zero_shot_prompt(bundle)
     with progress_bar() as progress:
-        result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt, speaker_clip=clip)
+        result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt,
+                          speaker_clip=clip, cfg_scale=args.cfg_scale)
     result["zero_shot"] = bool(args.zero_shot)
     print_result(result, args.json, "S5-TTS evaluation")
     return 0
@@ -99,6 +100,8 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     ev.add_argument("--reference-voice", default="piper_joe")
     ev.add_argument("--zero-shot", action="store_true", help="prompt with a held-out speaker's clip (flite_rms); similarity is to that clip")
     ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
+    ev.add_argument("--cfg-scale", type=float, default=1.0,
+                    help="classifier-free guidance (a model trained with cfg_dropout); 1.0: off")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
 

@@ -23,8 +23,9 @@ not drain it. Pacing applies only while words come slower than 5 per second; an 
 never stretched or held.
 
 The opening (s5, LLM-speed text), where the floor is: from word k+1's arrival to the first sound. The opening
-word is rendered as it is decoded, from its `OPENING_FIRST_RENDER`-th step (the codec decoder and the vocoder hold
-back 2.75 frames, and the first frame is mostly the voice's leading silence), and its sound leaves before the word
+word is rendered as it is decoded, from the `OPENING_FRAMES_PAST_HOLDBACK`-th step after what the codec holds back
+(`held_back_frames`: its decoder's and vocoder's right context; the first frame is mostly the voice's leading
+silence), and its sound leaves before the word
 is complete once the word after it may follow at once (its lookahead text is in, or the text ended). The leading
 silence is dropped (`LeadingSilence`): the first sound is the first audible 10 ms. A short opening word whose
 successor still waits for text (the many tokens of "$738.67,") is held until that text is in (at most
@@ -57,6 +58,7 @@ import numpy as np
 import torch
 
 from audio_io.levels import AUDIBLE_DBFS, WINDOW_S, audible_onset
+from tts.codec.base import held_back_frames
 from tts.errors import UserError
 from tts.inference.synthesis import (
     SynthesisConfig,
@@ -84,8 +86,8 @@ SMALL_UNITS_UNTIL_S = 0.4  # s5: after the opening word and until this much audi
 SMALL_UNIT_STEPS = 3  # ...every this many decoder steps
 SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave after every step: the first chunk
 # (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
-OPENING_FIRST_RENDER = 5  # s5: the opening word's frames leave from its 5th decoder step (the codec decoder and the
-# vocoder hold back 2.75 frames; the first frame is mostly the voice's leading silence), then after every step
+OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
+# codec holds back (the first frame is mostly the voice's leading silence), then after every step
 OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
 WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
 # worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
@@ -241,6 +243,7 @@ class StreamingSynthesizer:
         self._words_done: list[str] = []  # completed since the last chunk
         self._input_done = False
         self._codec_stream = bundle.codec.streaming_decoder()
+        self.opening_first_render = held_back_frames(bundle.codec) + OPENING_FRAMES_PAST_HOLDBACK  # decoder steps
         self._leading_silence = LeadingSilence(self.sample_rate)
         stretchable = self._codec_stream.supports_stretch
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
@@ -460,7 +463,7 @@ class StreamingSynthesizer:
         that wait for that text decode a step each without rendering, so that `_work` lets it go within a step of
         the text's arrival."""
         decoded, stepping = len(segment.frames), time.perf_counter_ns()  # after this unit's encoding of new words
-        completed = segment.step(max_frames=max(1, OPENING_FIRST_RENDER - len(segment.frames)), stop_at_word=True)
+        completed = segment.step(max_frames=max(1, self.opening_first_render - len(segment.frames)), stop_at_word=True)
         stepped = time.perf_counter_ns()
         self._count(segment, completed)
         if not self._opening_ready:

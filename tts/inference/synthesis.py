@@ -34,6 +34,9 @@ class SynthesisConfig:
     min_frames_per_word: int = 1
     min_seconds_per_phoneme: float = 0.04  # a word may not end (attention moving on, or EOS) sooner than this
     seed: int | None = None
+    # classifier-free guidance: logits = unconditional + cfg_scale x (conditional - unconditional), both rows in one
+    # decoder pass; 1.0 is off (one row). Needs a model trained with cfg_dropout.
+    cfg_scale: float = 1.0
 
 
 @dataclass
@@ -110,7 +113,10 @@ class UtteranceSynthesizer:
         self.model = bundle.model
         self.k = self.model.config.lookahead_words
         self.encoder = IncrementalEncoder(self.model)
-        self.decoder = DecoderState(self.model)
+        guided = self.config.cfg_scale != 1.0
+        if guided and self.model.null_memory is None:
+            raise UserError(f"cfg_scale {self.config.cfg_scale}: this model was trained without cfg_dropout (use 1.0)")
+        self.decoder = DecoderState(self.model, guided)
         self.words: list[str] = []
         self.ended = False
         self.current = 1  # word being generated
@@ -205,7 +211,11 @@ class UtteranceSynthesizer:
         out = decode_step(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
         is_last = self.ended and n == last_word
         long_enough = len(self.current_frames) >= self.word_minimums[n - 1]
-        logits = mask_special_codes(out.logits[0], c.codebook_size, allow_eos=is_last and long_enough)
+        logits = out.logits[0]
+        if out.unconditional_logits is not None:
+            unconditional = out.unconditional_logits[0]
+            logits = unconditional + self.config.cfg_scale * (logits - unconditional)
+        logits = mask_special_codes(logits, c.codebook_size, allow_eos=is_last and long_enough)
         codes = sample_codes(logits, self.config.top_k, self.config.temperature, self.generator)  # (K,)
         if is_last and int(codes[0]) == c.eos_id:
             return self._finish_word(capped=False, final=True)

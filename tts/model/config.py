@@ -41,6 +41,9 @@ class ModelConfig:
     prior_scaling: float = 1.0  # beta-binomial prior: a = scaling * (s + 1), b = scaling * (S - s)
     # decoder cross-attention layers read for the CTC loss and for word-completion detection
     alignment_layers: list[int] = field(default_factory=lambda: [1, 2])
+    # classifier-free guidance (Koel-TTS, NeMo MagpieTTS): this share of training rows sees a learned null state in
+    # place of every text memory slot, so the model also learns to speak without the text; 0: no null state
+    cfg_dropout: float = 0.0
     # loss weights
     ce_weight: float = 1.0
     aux_loss_weight: float = 1.0
@@ -51,6 +54,8 @@ class ModelConfig:
             raise UserError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.lookahead_words is not None and self.lookahead_words < 0:
             raise UserError("lookahead_words must be >= 0 or null")
+        if not 0.0 <= self.cfg_dropout < 1.0:
+            raise UserError(f"cfg_dropout {self.cfg_dropout} must be in [0, 1)")
         if self.encoder_layers < 1 or self.decoder_layers < 1:
             raise UserError("the model needs at least one encoder and one decoder layer")
         if self.code_levels is not None and int(np_prod(self.code_levels)) != self.codebook_size:

@@ -7,7 +7,9 @@ text has ended changes nothing already computed) and the slots whose horizon lie
 
 DecoderState holds the self-attention KV cache and the cross-attention keys/values of the slots received so far;
 `decode_step` runs new frames with the word A(s) each one belongs to, and returns the newest steps'
-cross-attention over tokens for word-completion detection.
+cross-attention over tokens for word-completion detection. With `guided`, the state carries a second batch row
+that reads the model's null state in every slot (classifier-free guidance): both rows run in one pass, fed the
+same frames.
 """
 from __future__ import annotations
 
@@ -160,15 +162,20 @@ class IncrementalEncoder:
 
 
 class DecoderState:
-    """Per-utterance decoder state: self-attention KV caches and the cross-attention memory slots."""
+    """Per-utterance decoder state: self-attention KV caches and the cross-attention memory slots (row 0: the
+    text; row 1 with `guided`: the null state in every slot)."""
 
-    def __init__(self, model: S5TTS):
+    def __init__(self, model: S5TTS, guided: bool = False):
+        if guided and model.null_memory is None:
+            raise ValueError("guidance needs a model trained with cfg_dropout (it has no null state)")
         self.model = model
+        self.guided = guided
         c = model.config
         self.caches = [KVCache() for _ in model.decoder_layers]
         hs = c.d_model // c.n_heads
-        self.cross_k = [torch.empty(1, c.n_heads, 0, hs) for _ in model.decoder_layers]
-        self.cross_v = [torch.empty(1, c.n_heads, 0, hs) for _ in model.decoder_layers]
+        rows = 2 if guided else 1
+        self.cross_k = [torch.empty(rows, c.n_heads, 0, hs) for _ in model.decoder_layers]
+        self.cross_v = [torch.empty(rows, c.n_heads, 0, hs) for _ in model.decoder_layers]
         self.slot_words = torch.empty(0, dtype=torch.long)
         self.slot_versions = torch.empty(0, dtype=torch.long)
         self.slot_tokens = torch.empty(0, dtype=torch.long)
@@ -181,8 +188,11 @@ class DecoderState:
         self.slot_words = torch.cat([self.slot_words, update.words])
         self.slot_versions = torch.cat([self.slot_versions, update.versions])
         self.slot_tokens = torch.cat([self.slot_tokens, update.tokens])
+        states = update.states[None]  # (1, n, C)
+        if self.guided:
+            states = torch.cat([states, self.model.null_memory.expand_as(states)])  # (2, n, C)
         for i, layer in enumerate(self.model.decoder_layers):
-            k, v = layer.cross_attn.project_kv(update.states[None])
+            k, v = layer.cross_attn.project_kv(states)
             self.cross_k[i] = torch.cat([self.cross_k[i], k], dim=2)
             self.cross_v[i] = torch.cat([self.cross_v[i], v], dim=2)
 
@@ -192,6 +202,7 @@ class StepOutput:
     logits: torch.Tensor  # (n, K, code_vocab)
     hidden: torch.Tensor  # (n, C)
     token_attention: torch.Tensor  # (n, T) cross-attention of the alignment layers over tokens (head mean)
+    unconditional_logits: torch.Tensor | None = None  # (n, K, code_vocab): the null-state row of a guided state
 
 
 @torch.inference_mode()
@@ -201,7 +212,9 @@ def decode_step(state: DecoderState, input_codes: torch.Tensor, step_words: torc
     K, n = input_codes.shape
     start = state.position
     positions = torch.arange(start, start + n)
-    x = model.embed_frames(input_codes[None]) + sinusoidal_positions(positions, c.d_model)
+    x = model.embed_frames(input_codes[None]) + sinusoidal_positions(positions, c.d_model)  # (1, n, C)
+    if state.guided:
+        x = x.expand(2, -1, -1)
     self_mask = causal_mask(start + n)[start:] if n > 1 else None  # one new step sees every cached one
     cross_mask = cross_slot_mask(state.slot_words, state.slot_versions, step_words, c.lookahead_words)[None]
     attention = []
@@ -209,11 +222,11 @@ def decode_step(state: DecoderState, input_codes: torch.Tensor, step_words: torc
         aligned = i in c.alignment_layers
         x, scores = layer(x, self_mask, state.cross_k[i], state.cross_v[i], cross_mask, state.caches[i], return_scores=aligned)
         if aligned:
-            attention.append(scores.softmax(-1).mean(1)[0])  # (n, L)
+            attention.append(scores[0].softmax(-1).mean(0))  # (n, L): the text row
     state.position += n
-    hidden = model.decoder_norm(x)[0]
-    logits = model.heads(hidden).view(n, K, c.code_vocab_size)
+    hidden = model.decoder_norm(x)  # (B, n, C)
+    logits = model.heads(hidden).view(-1, n, K, c.code_vocab_size)
     slot_attention = torch.stack(attention).mean(0)  # (n, L)
     num_tokens = int(state.slot_tokens.max()) + 1 if len(state.slot_tokens) else 0
     token_attention = slot_attention.new_zeros(n, num_tokens).index_add_(1, state.slot_tokens, slot_attention)
-    return StepOutput(logits, hidden, token_attention)
+    return StepOutput(logits[0], hidden[0], token_attention, logits[1] if state.guided else None)

@@ -7,7 +7,7 @@ forward with alignment and losses. Streaming inference lives in incremental.py a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
@@ -143,6 +143,9 @@ class S5TTS(nn.Module):
         self.heads = CodeHeads(c)  # K heads stacked in one matmul
         self.aux_attention = ConvAuxAttention(c.d_model, c.aux_channels, c.aux_delta)
         self.drop = nn.Dropout(c.dropout)
+        # classifier-free guidance: what the decoder reads where text was dropped (training) or for the unconditional
+        # row (inference); every slot gets the same state, so the masks and the alignment stay as they are
+        self.null_memory = nn.Parameter(torch.zeros(c.d_model)) if c.cfg_dropout > 0 else None
         # embeddings start at std 0.02; scaled by sqrt(d) they meet the unit-amplitude sinusoidal positions on
         # equal terms (unscaled, position swamps content and the decoder long ignores the previous frame)
         self.embedding_scale = c.d_model**0.5
@@ -193,6 +196,12 @@ class S5TTS(nn.Module):
             versions=versions.reshape(B, T * J),
             tokens=tokens.reshape(B, T * J),
         )
+
+    def drop_text(self, memory: Memory, rows: torch.Tensor) -> Memory:
+        """Memory whose rows (B,) bool see the null state in every slot (classifier-free guidance)."""
+        assert self.null_memory is not None
+        states = torch.where(rows[:, None, None], self.null_memory.expand_as(memory.states), memory.states)
+        return replace(memory, states=states)
 
     # ---- decoder ----------------------------------------------------------------------------------------------
     def decode(
@@ -257,6 +266,8 @@ class S5TTS(nn.Module):
         is_frame = torch.arange(S, device=inputs.device)[None, :] < batch.code_lens[:, None]
         step_words = torch.cat([torch.where(is_frame, frame_words.clamp(max=last_word), last_word), last_word], dim=1)
         memory = self.memory_slots(self.encode(batch.text, batch.text_words), batch.text_words)
+        if self.training and self.null_memory is not None:
+            memory = self.drop_text(memory, torch.rand(memory.states.shape[0], device=inputs.device) < c.cfg_dropout)
         prior_bias = None
         if prior_strength > 0:
             prior_bias = prior_strength * torch.cat([log_prior, log_prior[:, -1:]], dim=1).gather(

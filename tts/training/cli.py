@@ -53,7 +53,8 @@ def _data_codes(args: argparse.Namespace) -> int:
 
 
 def _codec_train(args: argparse.Namespace) -> int:
-    from tts.codec.mel_codec import MelCodecConfig
+    from tts.codec.load import load_codec
+    from tts.codec.mel_codec import MelCodec, MelCodecConfig
     from tts.training.mel_codec_train import MelCodecTrainConfig, train_mel_codec
 
     stack = {86: 1, 43: 2, 21: 4, 22: 4}.get(round(args.frame_rate))
@@ -64,10 +65,17 @@ def _codec_train(args: argparse.Namespace) -> int:
     speakers = args.speakers.split(",") if args.speakers else None
     train_config = MelCodecTrainConfig(minutes=args.minutes, max_hours=args.max_hours, speakers=speakers,
                                        **({"lr": args.lr} if args.lr is not None else {}))
+    saved = None
+    if args.decoder_of is not None:
+        saved = load_codec(args.decoder_of)
+        if not isinstance(saved, MelCodec):
+            raise UserError(f"--decoder-of {args.decoder_of}: not a mel codec")
+        stack = saved.config.stack
     args.out.mkdir(parents=True, exist_ok=True)
     with progress_bar() as progress:
-        codec, log = train_mel_codec(args.corpus, MelCodecConfig(stack=stack), train_config, progress,
-                                     args.out / "train_log.jsonl", checkpoint=args.out)
+        codec, log = train_mel_codec(args.corpus, MelCodecConfig(stack=stack, decoder_lookahead=args.decoder_lookahead),
+                                     train_config, progress, args.out / "train_log.jsonl", checkpoint=args.out,
+                                     decoder_of=saved)
     err.print(f"mel codec ({codec.frame_rate:.2f} frames/s) saved to {args.out}; validation: {log}")
     return 0
 
@@ -212,6 +220,10 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
     codec_train.add_argument("--out", type=Path, default=None, help="the new codec's folder (the shipped one is tts/assets/mel_codec)")
     codec_train.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3)")
     codec_train.add_argument("--speakers", default="", help="comma-separated voices to learn (default: all)")
+    codec_train.add_argument("--decoder-of", type=Path, default=None,
+                             help="train only a new decoder for this codec (its encoder and codes stay; --frame-rate ignored)")
+    codec_train.add_argument("--decoder-lookahead", type=int, default=1, choices=[0, 1],
+                             help="codec frames the decoder waits for (0: causal, 46 ms less latency at 21.5 frames/s)")
     codec_train.set_defaults(func=_codec_train)
     vocoder = codec_kinds.add_parser("vocoder", help="train a vocoder for the mel codec: a HiFi-GAN distilled from V1, "
                                      "or the iSTFT one (--kind istft)")

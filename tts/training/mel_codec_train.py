@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,19 +61,44 @@ class MelCodecTrainConfig:
     speakers: list[str] | None = None  # the voices to learn (default: all of the corpus)
 
 
+def decoder_from(saved: MelCodec, decoder_lookahead: int) -> MelCodecModel:
+    """A model with the saved codec's encoder, quantiser and normalisation (so its codes, and every corpus
+    tokenised and model trained on them, stay valid) and its decoder, re-cut to `decoder_lookahead`: the input
+    conv's taps are copied by time offset (taps the new kernel does not have are dropped, new ones start at zero)."""
+    model = MelCodecModel(replace(saved.config, decoder_lookahead=decoder_lookahead))
+    state = saved.model.state_dict()
+    old, new = saved.model.decoder.inp, model.decoder.inp
+    weight = torch.zeros_like(new.weight)
+    for tap in range(new.kernel_size[0]):
+        old_tap = tap - new.left + old.left  # the same time offset in the old kernel
+        if 0 <= old_tap < old.kernel_size[0]:
+            weight[:, :, tap] = state["decoder.inp.weight"][:, :, old_tap]
+    state["decoder.inp.weight"] = weight
+    model.load_state_dict(state)
+    return model
+
+
 def train_mel_codec(corpus: Path, config: MelCodecConfig, train: MelCodecTrainConfig, progress=None,
-                    log_path: Path | None = None, checkpoint: Path | None = None) -> tuple[MelCodec, dict]:
+                    log_path: Path | None = None, checkpoint: Path | None = None,
+                    decoder_of: MelCodec | None = None) -> tuple[MelCodec, dict]:
     """L1 on normalised log-mel, AdamW with a cosine schedule over the time budget; the weights are saved to
-    `checkpoint` every few minutes (a stopped run leaves a usable codec)."""
+    `checkpoint` every few minutes (a stopped run leaves a usable codec). With `decoder_of`, only a decoder is
+    trained (`config.decoder_lookahead`, started from that codec's) under its frozen encoder: the codes stay."""
     torch.manual_seed(train.seed)
     rng = np.random.default_rng(train.seed)
     train_set = load_mel_set(corpus, "train", train.max_hours, train.seed, train.speakers, progress)
     val_set = load_mel_set(corpus, "val", 0.2, train.seed, train.speakers)
-    model = MelCodecModel(config)
-    stacked = np.concatenate(train_set[:500])
-    model.mel_mean.copy_(torch.from_numpy(stacked.mean(0)))
-    model.mel_std.copy_(torch.from_numpy(stacked.std(0) + 1e-3))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=0.0)
+    if decoder_of is None:
+        model = MelCodecModel(config)
+        stacked = np.concatenate(train_set[:500])
+        model.mel_mean.copy_(torch.from_numpy(stacked.mean(0)))
+        model.mel_std.copy_(torch.from_numpy(stacked.std(0) + 1e-3))
+        trained = model
+    else:
+        model = decoder_from(decoder_of, config.decoder_lookahead)
+        model.encoder.requires_grad_(False)
+        trained = model.decoder
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=train.lr, weight_decay=0.0)
     deadline_s = train.minutes * 60
     task = progress.add_task(f"mel codec {config.frame_rate:.1f} fps", total=deadline_s) if progress else None
     started = last_save = time.monotonic()
@@ -86,7 +111,7 @@ def train_mel_codec(corpus: Path, config: MelCodecConfig, train: MelCodecTrainCo
         losses = mel_codec_loss(output, target)
         optimizer.zero_grad()
         losses["total"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
         optimizer.step()
         step += 1
         if log_path is not None and step % 50 == 0:

@@ -165,7 +165,10 @@ class Trainer:
         path = self.out / "checkpoint.pt"
         if not path.exists() and self.config.init_from:  # continue a released model in a new session
             model, _, meta = load_exported(Path(self.config.init_from))
-            self.model.load_state_dict(model.state_dict())
+            missing, unexpected = self.model.load_state_dict(model.state_dict(), strict=False)
+            if unexpected or set(missing) - {"null_memory"}:  # only a new guidance state may start fresh
+                raise UserError(f"--init-from {self.config.init_from}: weights do not fit this config "
+                                f"(missing {missing}, unexpected {unexpected})")
             self.step = 0 if self.config.restart_schedule else int(meta.get("step", 0))
             return
         if path.exists():

@@ -21,10 +21,10 @@ def fox_mel() -> np.ndarray:
     return mel.log_mel(audio)
 
 
-@pytest.fixture(scope="module")
-def tiny_codec(fox_mel) -> MelCodec:
+@pytest.fixture(scope="module", params=[1, 0], ids=["lookahead1", "causal"])
+def tiny_codec(fox_mel, request) -> MelCodec:
     torch.manual_seed(0)
-    model = MelCodecModel(MelCodecConfig(channels=32))
+    model = MelCodecModel(MelCodecConfig(channels=32, decoder_lookahead=request.param))
     model.mel_mean.copy_(torch.from_numpy(fox_mel.mean(0)))
     model.mel_std.copy_(torch.from_numpy(fox_mel.std(0) + 1e-3))
     return MelCodec(model)
@@ -46,6 +46,8 @@ def test_streamed_decoder_equals_offline(tiny_codec, fox_mel, chunk):
     streamed_mel = np.concatenate(parts + [tiny_codec.decode_features(codes[:, :0], state, final=True)])
     assert np.abs(streamed_mel - offline_mel).max() < 1e-4
     assert len(parts[-1]) > 0 or chunk == 1  # frames leave before the utterance ends: one codec frame of lookahead
+    first_out = next(i for i, part in enumerate(parts) if len(part)) * chunk + chunk
+    assert first_out == max(chunk, tiny_codec.config.decoder_lookahead + 1)  # pushes of one: 2 with lookahead, 1 causal
     decoder = tiny_codec.streaming_decoder()
     audio = np.concatenate([decoder.push(codes[:, i : i + chunk]) for i in range(0, 20, chunk)] + [decoder.flush()])
     assert len(audio) == 20 * 1024
@@ -103,7 +105,24 @@ def test_training_lowers_the_loss(tmp_path):
                             checkpoint=tmp_path / f"codec{i}")[1] for i, minutes in enumerate((0.02, 0.5))]
     assert logs[1]["steps"] > logs[0]["steps"] and logs[1]["l1"] < logs[0]["l1"]
     assert (tmp_path / "mels" / "wavs" / "a.npy").exists()  # log-mel cached beside the corpus
-    assert isinstance(load_codec(tmp_path / "codec1"), MelCodec)
+    saved = load_codec(tmp_path / "codec1")
+    assert isinstance(saved, MelCodec)
+
+    # a new causal decoder for the saved codec: its encoder (the codes) stays, the decoder starts from the saved one
+    from tts.training.mel_codec_train import decoder_from
+
+    codes = saved.encode_features(mel.log_mel(audio))
+    same = MelCodec(decoder_from(saved, 1)).decode_features(codes)
+    assert np.array_equal(saved.decode_features(codes), same)  # the same lookahead: the same decoder
+    recut = MelCodec(decoder_from(saved, 0))
+    causal, log = train_mel_codec(tmp_path, MelCodecConfig(channels=32, decoder_lookahead=0),
+                                  MelCodecTrainConfig(minutes=0.3, batch=4, segment_frames=64),
+                                  checkpoint=tmp_path / "causal", decoder_of=saved)
+    loaded = load_codec(tmp_path / "causal")
+    assert loaded.config.decoder_lookahead == 0 and torch.equal(loaded.encode_features(mel.log_mel(audio)), codes)
+    target = saved.pad_frames(mel.log_mel(audio))
+    errors = [np.abs(c.decode_features(codes) - target).mean() for c in (recut, causal)]
+    assert errors[1] < errors[0]  # training fits the causal decoder better than the copied taps
 
 
 @pytest.mark.slow

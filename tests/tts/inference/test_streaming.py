@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from audio_io.levels import audible_onset, first_audible_sample
+from tts.codec.base import held_back_frames
 from tts.inference.pipeline import join_chunks, speak
-from tts.inference.streaming import MAX_OPENING_HOLD_S, OPENING_FIRST_RENDER, LeadingSilence, Pacer, StreamingSynthesizer
+from tts.inference.streaming import MAX_OPENING_HOLD_S, OPENING_FRAMES_PAST_HOLDBACK, LeadingSilence, Pacer, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()
@@ -192,13 +193,22 @@ def test_leading_silence_is_dropped_and_nothing_after_it():
 
 
 def test_the_opening_words_sound_leaves_before_the_word_is_complete(tiny_bundle):
-    """LLM-speed text whose lookahead is in: the first word's frames leave from its OPENING_FIRST_RENDER-th step on, not
-    when the word is complete; the codes are those of offline synthesis."""
+    """LLM-speed text whose lookahead is in: the first word's frames leave from OPENING_FRAMES_PAST_HOLDBACK steps past
+    what the codec holds back (a causal codec decoder: one less), not when the word is complete; the codes are those
+    of offline synthesis."""
+    from dataclasses import replace
+
+    from tts.codec.mel_codec import MelCodec, MelCodecModel
+
     bundle, config = tiny_bundle(2), synth_config(min_frames_per_word=12, max_frames_per_word=12)
     offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=config))
     chunks, _ = run(synthesize_words(bundle, WORDS, "s5", 200.0, config=config))
     first = next(c for c in chunks if len(c.samples))
-    assert OPENING_FIRST_RENDER <= first.frames < 12 and first.words == ()
+    first_render = held_back_frames(bundle.codec) + OPENING_FRAMES_PAST_HOLDBACK
+    assert held_back_frames(bundle.codec) == 3  # one codec frame of lookahead, the vocoder's four mel frames
+    causal = MelCodec(MelCodecModel(replace(bundle.codec.config, decoder_lookahead=0)), bundle.codec.vocoder)
+    assert held_back_frames(causal) == 2
+    assert first_render <= first.frames < 12 and first.words == ()
     assert torch.equal(join_codes(offline), join_codes(chunks))
 
 
@@ -213,7 +223,7 @@ def test_a_ready_opening_leaves_when_its_text_arrives_before_that_text_is_encode
     for word in WORDS[:3]:
         synth.push_word(word)
     with ThreadPoolExecutor(1) as worker:
-        for _ in range(OPENING_FIRST_RENDER):
+        for _ in range(synth.opening_first_render):
             chunk, _ = worker.submit(synth._work).result()
             assert chunk is None
             if synth._opening_ready:

@@ -145,3 +145,35 @@ def test_push_after_end_and_empty_word_are_refused():
     encoder.end()
     with pytest.raises(RuntimeError):
         encoder.push_word([4])
+
+
+def test_guided_state_adds_an_unconditional_row_and_keeps_the_text_row():
+    """Classifier-free guidance: the text row of a guided state computes what an unguided state does; the second
+    row equals the full pass over a memory whose every slot is the null state (the text dropped in training)."""
+    g = torch.Generator().manual_seed(5)
+    model = S5TTS(tiny_config(2, cfg_dropout=0.1)).eval()
+    with torch.no_grad():
+        model.null_memory.normal_(generator=g)
+    words = _random_words(g, 5)
+    tokens, word_ids = flatten_words(words)
+    codes = torch.randint(0, 20, (3, 30), generator=g)
+    step_words = torch.sort(torch.randint(1, 6, (30,), generator=g)).values
+    outputs = []
+    for guided in (False, True):
+        encoder, decoder = IncrementalEncoder(model), DecoderState(model, guided)
+        for w in words:
+            encoder.push_word(w)
+        encoder.end()
+        decoder.add_slots(encoder.read_slots())
+        outputs.append([decode_step(decoder, codes[:, i : i + 1], step_words[i : i + 1]) for i in range(30)])
+    plain, guided = outputs
+    assert all(p.unconditional_logits is None for p in plain)
+    assert torch.allclose(torch.cat([p.logits for p in plain]), torch.cat([q.logits for q in guided]), atol=1e-5)
+    with torch.no_grad():
+        memory = model.memory_slots(model.encode(tokens, word_ids), word_ids)
+        dropped = model.drop_text(memory, torch.tensor([True]))
+        full = model.decode(codes[None], dropped, step_words[None]).logits[0]
+    assert torch.allclose(torch.cat([q.unconditional_logits for q in guided]), full, atol=1e-4)
+    assert not torch.allclose(full, torch.cat([q.logits for q in guided]), atol=1e-2)  # the text matters
+    with pytest.raises(ValueError, match="cfg_dropout"):
+        DecoderState(S5TTS(tiny_config(2)), guided=True)

@@ -79,6 +79,27 @@ def test_forward_aligns_every_word_and_masks_padding():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+def test_guidance_dropout_trains_the_null_state_only_on_dropped_rows():
+    """cfg_dropout: dropped rows read the null state in every slot, so its gradient comes from them alone; a model
+    without it has no null state, and evaluation never drops."""
+    assert S5TTS(tiny_config(2)).null_memory is None
+    model = S5TTS(tiny_config(2, cfg_dropout=0.5))
+    batch = _one_utterance(model.config, T=20, S=40, N=6)
+    grads = []
+    for seed in range(12):  # one row: dropped in about half of the passes
+        torch.manual_seed(seed)
+        model.zero_grad()
+        model(batch).losses.total.backward()
+        grads.append(model.null_memory.grad is not None and bool(model.null_memory.grad.abs().sum() > 0))
+    assert any(grads) and not all(grads)
+    model.eval()
+    with torch.no_grad():
+        outs = [model(batch).losses.total for _ in range(2)]
+    assert torch.equal(*outs)
+    with pytest.raises(Exception, match="cfg_dropout"):
+        tiny_config(2, cfg_dropout=1.0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config_name", ["s5_default"])
 def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
