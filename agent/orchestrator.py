@@ -110,7 +110,7 @@ class Agent:
         self.sink.begin_turn(held=held)
         record.request_sent = time.perf_counter_ns()
         stages = [
-            asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record)),
+            asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record, synth.note_token)),
             asyncio.create_task(speech.feed(self._spoken_words(pieces))),
             asyncio.create_task(speech.play()),
         ]
@@ -165,12 +165,15 @@ class Agent:
         record.silenced = time.perf_counter_ns() + self.sink.output_latency_ns
 
     # ---- stages ---------------------------------------------------------------------------------------------
-    async def _llm_stage(self, messages: list[dict], pieces: asyncio.Queue, reply: list[str], record: TurnRecord) -> None:
+    async def _llm_stage(self, messages: list[dict], pieces: asyncio.Queue, reply: list[str], record: TurnRecord,
+                         on_token=None) -> None:
         try:
             async for piece in self.llm.stream(messages):
                 if record.first_token is None:
                     record.first_token = piece.t_ns
                 record.last_token = piece.t_ns
+                if on_token is not None:
+                    on_token(piece.t_ns)  # the synthesizer paces slow LLMs by their token rate
                 reply.append(piece.text)
                 if self.on_piece:
                     self.on_piece(piece.text)

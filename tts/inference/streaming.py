@@ -76,7 +76,11 @@ MODELS_DIR = ASSETS / "models"
 
 DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
 SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
-PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words
+SLOW_WORD_TOKENS = 4.5  # a slow LLM's text is paced as if every word took this many tokens: one word of many tokens
+# (a price, a time, a run of markup) then finds speech buffered (measured: 3-4 gaps of 70-370 ms per reply at 10 and
+# 15 tokens/s, 2026-12-02, when only words were timed)
+PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words...
+PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
 MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
 S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
@@ -171,11 +175,20 @@ class Pacer:
         return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
 
     @staticmethod
-    def prebuffer_ns(text_interval_ns: int | None) -> int:
-        """How long the player should hold the first chunk for text arriving one word every text_interval_ns."""
-        if not Pacer.paces(text_interval_ns):
+    def pace_interval_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int | None:
+        """The text's pace per word: the time between words, or `SLOW_WORD_TOKENS` tokens' time where longer."""
+        if word_interval_ns is None or not token_interval_ns:
+            return word_interval_ns
+        return max(word_interval_ns, SLOW_WORD_TOKENS * token_interval_ns)
+
+    @staticmethod
+    def prebuffer_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int:
+        """How long the player should hold the first chunk for paced text: three words' time, or
+        `PREBUFFER_TOKENS` of a slow LLM's tokens where that is longer."""
+        if not Pacer.paces(Pacer.pace_interval_ns(word_interval_ns, token_interval_ns)):
             return 0
-        return round(min(MAX_PREBUFFER_S * 1e9, PREBUFFER_WORDS * text_interval_ns))
+        hold = max(PREBUFFER_WORDS * word_interval_ns, PREBUFFER_TOKENS * (token_interval_ns or 0))
+        return round(min(MAX_PREBUFFER_S * 1e9, hold))
 
     def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
         """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
@@ -233,6 +246,7 @@ class StreamingSynthesizer:
         self.times = UtteranceTimes()
         # input side (event loop): words waiting for the worker
         self._pending: deque[str] = deque()
+        self._token_arrivals_ns: deque[int] = deque(maxlen=8)  # the LLM's last tokens, when the caller notes them
         self._ended = False
         self._lock = threading.Lock()
         self._wake = asyncio.Event()
@@ -259,6 +273,11 @@ class StreamingSynthesizer:
         self._unit: asyncio.Future | None = None  # the worker unit in flight
 
     # ---- input (event loop thread) ----------------------------------------------------------------------
+    def note_token(self, t_ns: int) -> None:
+        """An LLM token arrived (spoken or not): its rate paces the speech when it is slow (`SLOW_WORD_TOKENS`)."""
+        with self._lock:
+            self._token_arrivals_ns.append(t_ns)
+
     def push_word(self, word: str) -> None:
         if self._ended:
             raise RuntimeError("push_word after end()")
@@ -517,7 +536,7 @@ class StreamingSynthesizer:
             audio = self._codec_stream.push(codes, stretch)
             self.times.paced_s += seconds * (stretch - 1)
             if first and not self._ended:
-                hold = Pacer.prebuffer_ns(interval)
+                hold = Pacer.prebuffer_ns(self._text_interval_ns(tokens=False), self._token_interval_ns())
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
         self._unsent.append(self._leading_silence(audio))
@@ -555,11 +574,21 @@ class StreamingSynthesizer:
             last = self.times.word_arrivals_ns[-1]
         return max(0, round(last + missing * interval_ns - now_ns)) if missing > 0 else None
 
-    def _text_interval_ns(self) -> int | None:
-        """The recent time between words (None before two words arrived)."""
+    def _text_interval_ns(self, tokens: bool = True) -> int | None:
+        """The text's pace: the recent time between words, or (tokens) `SLOW_WORD_TOKENS` times the recent time
+        between tokens where that is longer (None before two words arrived)."""
         with self._lock:
             recent = self.times.word_arrivals_ns[-5:]
-        return round((recent[-1] - recent[0]) / (len(recent) - 1)) if len(recent) >= 2 else None
+        if len(recent) < 2:
+            return None
+        interval = round((recent[-1] - recent[0]) / (len(recent) - 1))
+        return Pacer.pace_interval_ns(interval, self._token_interval_ns() if tokens else None)
+
+    def _token_interval_ns(self) -> int | None:
+        """The recent time between the LLM's tokens (None unless the caller notes them)."""
+        with self._lock:
+            times = list(self._token_arrivals_ns)
+        return round((times[-1] - times[0]) / (len(times) - 1)) if len(times) >= 2 else None
 
     def _finish_segment(self) -> None:
         self._segments.popleft()

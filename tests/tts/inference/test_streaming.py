@@ -94,6 +94,35 @@ def test_pacer_stretches_just_enough_and_never_beyond_its_limit():
     assert pacer.stretch(int(0.2e9), 0.3, int(0.2e9)) == 1.0  # 0.3 s still buffered: enough
     assert Pacer.prebuffer_ns(None) == Pacer.prebuffer_ns(int(0.1e9)) == 0  # an LLM stream: no hold
     assert Pacer.prebuffer_ns(int(0.25e9)) == int(0.75e9) and Pacer.prebuffer_ns(int(2e9)) == int(1e9)
+    # a slow LLM: words at 10/s look fast, but at 10 tokens/s one word of many tokens takes most of a second
+    assert Pacer.pace_interval_ns(int(0.1e9), int(0.04e9)) == int(0.18e9)  # 25 tokens/s: not paced
+    assert Pacer.prebuffer_ns(int(0.1e9), int(0.04e9)) == 0
+    assert Pacer.prebuffer_ns(int(0.1e9), int(0.1e9)) == int(0.8e9)  # 10 tokens/s: eight tokens' time
+    assert Pacer.prebuffer_ns(int(0.1e9), int(0.05e9)) == int(0.4e9)  # 20 tokens/s
+
+
+@pytest.mark.parametrize("token_s, held", [(0.1, True), (0.03, False)])
+def test_a_slow_llms_token_rate_paces_the_speech(tiny_bundle, token_s, held):
+    """Tokens noted by the caller (`note_token`): one word per token at 10 tokens/s is paced (the first chunk
+    held eight tokens' time), at 33 tokens/s it is not; the speech is the same."""
+    from audio_io.sinks import ClockSink
+    from tts.inference.pipeline import Speech
+
+    bundle = tiny_bundle(2)
+    synth = StreamingSynthesizer(bundle, "s5", synth_config())
+
+    async def one_token_words():
+        for word in WORDS:
+            synth.note_token(time.perf_counter_ns())
+            yield word
+            await asyncio.sleep(token_s)
+
+    result = run(Speech(synth, ClockSink(bundle.codec.sample_rate, pace=False), keep_chunks=True).run(one_token_words()))
+    first = next(c for c in result.chunks if len(c.samples))
+    assert (first.play_after_ns is not None) is held
+    assert 700 < result.times.prebuffer_ms <= 1000 if held else result.times.prebuffer_ms == 0
+    offline, _ = run(synthesize_words(bundle, WORDS, "t5", config=synth_config()))
+    assert torch.equal(join_codes(offline), join_codes(result.chunks))
 
 
 def test_one_word_and_two_hundred_words(tiny_bundle):
