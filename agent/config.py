@@ -45,9 +45,10 @@ class TTSSettings:
     top_k: int = SynthesisConfig.top_k
     temperature: float = SynthesisConfig.temperature
     max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing: speak up to this much slower while the LLM lags; 1 = off
+    cfg_scale: float = SynthesisConfig.cfg_scale  # classifier-free guidance (a model trained with cfg_dropout); 1 = off
 
     def synthesis(self) -> SynthesisConfig:
-        return SynthesisConfig(top_k=self.top_k, temperature=self.temperature)
+        return SynthesisConfig(top_k=self.top_k, temperature=self.temperature, cfg_scale=self.cfg_scale)
 
 
 @dataclass
@@ -78,8 +79,8 @@ class AgentSettings:
             raise ConfigError(f"{where}: llm.backend {self.llm.backend!r} is not one of auto, ollama, embedded")
         if self.audio.output not in ("auto", "device", "wav", "null"):
             raise ConfigError(f"{where}: audio.output {self.audio.output!r} is not one of auto, device, wav, null")
-        if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0:
-            raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1 and tts.temperature > 0, please")
+        if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0 or self.tts.cfg_scale <= 0:
+            raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1, tts.temperature > 0 and tts.cfg_scale > 0, please")
         return self
 
 

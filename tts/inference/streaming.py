@@ -19,8 +19,10 @@ Pacing (s5): when the text arrives slower than the voice speaks (a slow LLM), th
 wait for the next words while the player runs dry. `Pacer` renders such words up to `max_stretch` times slower
 at the same pitch so the audio lasts until the text catches up, and asks the player to hold the first chunk back
 a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
-not drain it. Pacing applies only while words come slower than 5 per second; an LLM stream (10-30 words/s) is
-never stretched or held.
+not drain it. Pacing applies while words come slower than 5 per second, or, where the caller notes the LLM's
+tokens (`note_token`: the agent does), while 4.5 tokens take longer than that (slower than about 22 tokens/s):
+there one word of many tokens ("$738.67," is seven; a run of markdown) outlasts what is buffered, so the first
+chunk is held eight tokens' time. A fast LLM stream (25-30 tokens/s) is never stretched or held.
 
 The opening (s5, LLM-speed text), where the floor is: from word k+1's arrival to the first sound. The opening
 word is rendered as it is decoded, from the `OPENING_FRAMES_PAST_HOLDBACK`-th step after what the codec holds back
