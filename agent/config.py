@@ -45,7 +45,7 @@ class TTSSettings:
     top_k: int = SynthesisConfig.top_k
     temperature: float = SynthesisConfig.temperature
     max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing: speak up to this much slower while the LLM lags; 1 = off
-    cfg_scale: float = SynthesisConfig.cfg_scale  # classifier-free guidance (a model trained with cfg_dropout); 1 = off
+    cfg_scale: float = SynthesisConfig.cfg_scale  # classifier-free guidance (models trained with cfg_dropout); 1 = off
 
     def synthesis(self) -> SynthesisConfig:
         return SynthesisConfig(top_k=self.top_k, temperature=self.temperature, cfg_scale=self.cfg_scale)

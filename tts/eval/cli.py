@@ -13,6 +13,8 @@ def _eval(args: argparse.Namespace) -> int:
     from tts.inference.streaming import load_bundle
 
     bundle = load_bundle(args.mode, args.model, args.codec)
+    if args.cfg_scale is not None and bundle.model.null_memory is None:
+        raise UserError("--cfg-scale: this model was trained without cfg_dropout (no unconditional row to guide with)")
     if args.sentences:
         sentences = read_sentences(args.sentences)[: args.limit]
     else:
@@ -24,7 +26,7 @@ def _eval(args: argparse.Namespace) -> int:
         prompt, clip = zero_shot_prompt(bundle)
     with progress_bar() as progress:
         result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt,
-                          speaker_clip=clip, cfg_scale=args.cfg_scale)
+                          speaker_clip=clip, **({"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}))
     result["zero_shot"] = bool(args.zero_shot)
     print_result(result, args.json, "S5-TTS evaluation")
     return 0
@@ -100,8 +102,8 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     ev.add_argument("--reference-voice", default="piper_joe")
     ev.add_argument("--zero-shot", action="store_true", help="prompt with a held-out speaker's clip (flite_rms); similarity is to that clip")
     ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
-    ev.add_argument("--cfg-scale", type=float, default=1.0,
-                    help="classifier-free guidance (a model trained with cfg_dropout); 1.0: off")
+    ev.add_argument("--cfg-scale", type=float, default=None,
+                    help="classifier-free guidance (a model trained with cfg_dropout), e.g. 2.0; default 1.0: off")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
 

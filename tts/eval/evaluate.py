@@ -39,7 +39,7 @@ def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, 
 def evaluate(
     bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
     speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
-    prompt: VoicePrompt | None = None, cfg_scale: float = 1.0,
+    prompt: VoicePrompt | None = None, cfg_scale: float = SynthesisConfig.cfg_scale,
 ) -> dict:
     if not sentences:
         raise UserError("no sentences to evaluate")
@@ -76,7 +76,8 @@ def evaluate(
         "duration_ratio": round(float(np.mean(ratios)), 3),
         "duration_ratio_min": round(float(np.min(ratios)), 3), "duration_ratio_max": round(float(np.max(ratios)), 3),
         "duration_ratio_in_range": round(float(np.mean([(0.6 <= r <= 1.6) for r in ratios])), 3),
-        "n": len(sentences), "mode": "s5" if bundle.model.config.lookahead_words is not None else "t5", "cfg_scale": cfg_scale,
+        "n": len(sentences), "mode": "s5" if bundle.model.config.lookahead_words is not None else "t5",
+        "cfg_scale": cfg_scale if bundle.model.null_memory is not None else None,
         "threads": torch.get_num_threads(),
     }
 
