@@ -166,7 +166,7 @@ class Agent:
 
     # ---- stages ---------------------------------------------------------------------------------------------
     async def _llm_stage(self, messages: list[dict], pieces: asyncio.Queue, reply: list[str], record: TurnRecord,
-                         on_token=None) -> None:
+                         on_token: Callable[[int], None] | None = None) -> None:
         try:
             async for piece in self.llm.stream(messages):
                 if record.first_token is None:

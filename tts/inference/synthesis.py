@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from tts.codec.base import Codec
+from tts.codec.base import Codec, held_back_frames
 from tts.codec.load import load_codec
 from tts.errors import UserError
 from tts.frontend.g2p import G2P, SymbolTable
@@ -101,6 +101,7 @@ class TTSBundle:
         synth.push_words(["friend."])
         synth.end()
         synth.step()
+        held_back_frames(self.codec)  # measured once per codec: the first turn's synthesizer asks for it
         stream = self.codec.streaming_decoder()
         codes = torch.zeros(self.codec.num_codebooks, 8, dtype=torch.long)
         for n in range(1, 9):
