@@ -100,6 +100,11 @@ WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 
 FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
 
 
+def mean_interval_ns(times_ns: list[int]) -> int | None:
+    """The mean time between successive stamps (None for fewer than two)."""
+    return round((times_ns[-1] - times_ns[0]) / (len(times_ns) - 1)) if len(times_ns) >= 2 else None
+
+
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
     """The pacing limit from a flag or the config (None: the default), checked."""
     value = DEFAULT_MAX_STRETCH if value is None else float(value)
@@ -538,7 +543,7 @@ class StreamingSynthesizer:
             audio = self._codec_stream.push(codes, stretch)
             self.times.paced_s += seconds * (stretch - 1)
             if first and not self._ended:
-                hold = Pacer.prebuffer_ns(self._text_interval_ns(tokens=False), self._token_interval_ns())
+                hold = Pacer.prebuffer_ns(self._word_interval_ns(), self._token_interval_ns())
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
         self._unsent.append(self._leading_silence(audio))
@@ -576,21 +581,20 @@ class StreamingSynthesizer:
             last = self.times.word_arrivals_ns[-1]
         return max(0, round(last + missing * interval_ns - now_ns)) if missing > 0 else None
 
-    def _text_interval_ns(self, tokens: bool = True) -> int | None:
-        """The text's pace: the recent time between words, or (tokens) `SLOW_WORD_TOKENS` times the recent time
-        between tokens where that is longer (None before two words arrived)."""
+    def _text_interval_ns(self) -> int | None:
+        """The text's pace (`Pacer.pace_interval_ns`): the recent time between words, or `SLOW_WORD_TOKENS` times
+        the recent time between tokens where that is longer (None before two words arrived)."""
+        return Pacer.pace_interval_ns(self._word_interval_ns(), self._token_interval_ns())
+
+    def _word_interval_ns(self) -> int | None:
+        """The recent time between words (None before two words arrived)."""
         with self._lock:
-            recent = self.times.word_arrivals_ns[-5:]
-        if len(recent) < 2:
-            return None
-        interval = round((recent[-1] - recent[0]) / (len(recent) - 1))
-        return Pacer.pace_interval_ns(interval, self._token_interval_ns() if tokens else None)
+            return mean_interval_ns(self.times.word_arrivals_ns[-5:])
 
     def _token_interval_ns(self) -> int | None:
         """The recent time between the LLM's tokens (None unless the caller notes them)."""
         with self._lock:
-            times = list(self._token_arrivals_ns)
-        return round((times[-1] - times[0]) / (len(times) - 1)) if len(times) >= 2 else None
+            return mean_interval_ns(list(self._token_arrivals_ns))
 
     def _finish_segment(self) -> None:
         self._segments.popleft()
