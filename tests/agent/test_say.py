@@ -81,6 +81,17 @@ def test_replay_writes_one_wav_per_turn_and_the_records(models, tmp_path):
     assert len(lines) == 3 and all(json.loads(l)["e2e_chunk_ms"] is not None for l in lines)
 
 
+def test_replay_of_hostile_text_completes_every_turn(models):
+    """Notation, a code block, a 45-letter word, only emoji, other scripts, control characters: every turn of
+    the example ends without an error; the emoji-only one says nothing, the others say their English words."""
+    result = s5_with_models(models, "replay", "examples/hostile_text.yaml", "--no-wavs", "--json")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-800:]
+    records = json.loads(result.stdout)["records"]
+    assert len(records) == 8 and all(r["error"] is None and not r["cancelled"] for r in records)
+    assert [r["spoken_words"] > 0 for r in records] == [True, True, True, False, True, True, True, True]
+    assert "dropped unspeakable character" in result.stderr
+
+
 @pytest.mark.slow
 def test_bench_e2e_json(models):
     result = s5("bench", "e2e", "--json", "--script", "examples/short_answers.yaml", "--first-token-ms", "50",
