@@ -98,7 +98,9 @@ def _codec_vocoder(args: argparse.Namespace) -> int:
 
         train_config = IstftTrainConfig(minutes=args.minutes, batch=args.batch or 16, lr=args.lr or 5e-4,
                                         utterances=args.utterances, teacher=args.teacher,
-                                        init_from=args.init_from or "")
+                                        init_from=args.init_from or "", adversarial=args.adversarial,
+                                        adv_weight=args.adv_weight, fm_weight=args.fm_weight,
+                                        disc_real=args.disc_real)
         with progress_bar() as progress:
             log = train_istft_vocoder(args.corpus, codec, args.out, IstftVocoderConfig(), train_config, progress)
         err.print(f"iSTFT vocoder saved to {args.out}: {log['steps']} steps in {log['minutes']} minutes")
@@ -241,4 +243,9 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
                          help="istft: the vocoder whose audio it learns ('universal': HiFi-GAN V1; '' for the recordings)")
     vocoder.add_argument("--threads", type=int, default=0)
     vocoder.add_argument("--init-from", default=None, help="continue from a saved student (fresh optimizer)")
+    vocoder.add_argument("--adversarial", action="store_true", help="istft: add discriminators that judge its audio")
+    vocoder.add_argument("--disc-real", choices=["teacher", "recordings"], default="teacher",
+                         help="what the discriminators take for real: the teacher's audio of the same log-mel, or the recordings")
+    vocoder.add_argument("--adv-weight", type=float, default=0.1, help="the hinge loss's weight (the mel L1's is 1)")
+    vocoder.add_argument("--fm-weight", type=float, default=0.1, help="feature matching's weight")
     vocoder.set_defaults(func=_codec_vocoder)

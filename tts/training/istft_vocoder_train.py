@@ -3,11 +3,14 @@
 Input: the mel codec's decoded log-mel of train-split utterances (what the vocoder hears in use). Target: HiFi-GAN
 V1's audio from the same log-mel (`teacher`, the default), or the Piper voice's own recording of it. The recording's
 phase is not a function of the decoded log-mel (the codec dropped what fixes it), so a regression towards it
-averages; V1's output is such a function, and a student can follow it. No discriminator (a GAN does not fit a CPU
-budget); instead the losses of APNet (Ai & Ling 2023) that supervise magnitude and phase directly: log-mel L1,
-log-magnitude L1 at the vocoder's own STFT, multi-resolution STFT, and the anti-wrapped phase losses (instantaneous
-phase, group delay, instantaneous frequency). The predicted spectrum of frame t is compared with the target's STFT
-frame centred on the same sample.
+averages; V1's output is such a function, and a student can follow it. The losses of APNet (Ai & Ling 2023) that
+supervise magnitude and phase directly: log-mel L1, log-magnitude L1 at the vocoder's own STFT, multi-resolution
+STFT, and the anti-wrapped phase losses (instantaneous phase, group delay, instantaneous frequency). The predicted
+spectrum of frame t is compared with the target's STFT frame centred on the same sample.
+
+`adversarial` adds small discriminators (`discriminators.py`), as Vocos and HiFi-GAN train, that take the teacher's
+audio of the same log-mel (or the recordings) for real; their feature maps give a feature-matching loss too. Tried
+here for 700-1000 steps (vocoder card, step 5): not adopted.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Vocoder, load_vocoder
 from tts.data.features import cache_path, cached_fp16, load_audio
 from tts.errors import UserError
+from tts.training.discriminators import Discriminators, discriminator_loss, feature_matching_loss, generator_loss
 from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
 
 
@@ -39,6 +43,13 @@ class IstftTrainConfig:
     phase_weight: float = 1.0
     teacher: str = "universal"  # the vocoder whose audio is the target (cached beside the corpus); "" for the recordings
     init_from: str = ""  # a saved iSTFT vocoder (folder) to continue from, with a fresh optimizer (a new session)
+    adversarial: bool = False  # add discriminators (`discriminators.py`) that judge its audio
+    disc_real: str = "teacher"  # what they take for real: the teacher's audio of the same log-mel, or "recordings"
+    adv_weight: float = 0.1  # the hinge loss's weight beside the regression losses (their mel L1 has weight 1)
+    fm_weight: float = 0.1  # feature matching's
+    disc_lr: float = 2e-4
+    disc_warmup_steps: int = 150  # steps that train only the discriminators, before they push the generator
+    disc_batch: int = 8  # windows of each batch the discriminators judge (they cost more than the generator here)
     speaker: str = "piper_joe"
     seed: int = 0
 
@@ -63,28 +74,32 @@ def teacher_audio(corpus: Path, audio_filepath: str, decoded: np.ndarray, teache
     return cached_fp16(path, lambda: load_vocoder(teacher)(decoded))
 
 
-def training_pairs(corpus: Path, codec: MelCodec, config: IstftTrainConfig, progress=None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(decoded log-mel (T, 80), target audio padded to T * 256 samples) per utterance."""
+def training_pairs(corpus: Path, codec: MelCodec, config: IstftTrainConfig,
+                   progress=None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(decoded log-mel (T, 80), target audio, the recording), audio padded to T * 256 samples, per utterance."""
     entries = train_entries(corpus, config.speaker, config.utterances, config.seed)
     mels = decoded_mels(corpus, codec, config, progress, entries)
     task = progress.add_task(f"targets ({config.teacher or 'recordings'})", total=len(entries)) if progress else None
     pairs = []
     for e, m in zip(entries, mels):
-        audio = teacher_audio(corpus, e.audio_filepath, m, config.teacher) if config.teacher else load_audio(corpus, e.audio_filepath)
+        recording = load_audio(corpus, e.audio_filepath)
+        audio = teacher_audio(corpus, e.audio_filepath, m, config.teacher) if config.teacher else recording
         if progress:
             progress.advance(task)
-        pairs.append((m, np.pad(audio, (0, max(0, len(m) * mel.HOP - len(audio))))[: len(m) * mel.HOP]))
+        n = len(m) * mel.HOP
+        pairs.append((m, *(np.pad(a, (0, max(0, n - len(a))))[:n] for a in (audio, recording))))
     return pairs
 
 
-def batch(pairs: list[tuple[np.ndarray, np.ndarray]], config: IstftTrainConfig,
-          rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], config: IstftTrainConfig,
+          rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, 80, C + S) log-mel windows; (B, S * 256) target audio under the scored S frames; (B, S * 256 + 768)
-    the same audio with the 512 samples before and 256 after it that the scored frames' STFT windows cover."""
+    the same audio with the 512 samples before and 256 after it that the scored frames' STFT windows cover;
+    (B, S * 256) the recording under the scored frames."""
     C, S, hop, half = config.context_frames, config.segment_frames, mel.HOP, mel.N_FFT // 2
-    x, wide = [], []
+    x, wide, real = [], [], []
     for i in rng.integers(0, len(pairs), config.batch):
-        m, audio = pairs[i]
+        m, audio, recording = pairs[i]
         start = int(rng.integers(-C, max(1, len(m) - C - S // 2)))  # the scored part may hang over either end
         frames = np.full((C + S, mel.N_MELS), mel.LOG_FLOOR, np.float32)
         lo, hi = max(start, 0), min(start + C + S, len(m))
@@ -96,15 +111,21 @@ def batch(pairs: list[tuple[np.ndarray, np.ndarray]], config: IstftTrainConfig,
         if hi > lo:
             padded[lo - a0 : hi - a0] = audio[lo:hi]
         wide.append(padded)
+        scored = np.zeros(S * hop, np.float32)
+        lo, hi = max(a0 + half, 0), min(a0 + half + S * hop, len(recording))
+        if hi > lo:
+            scored[lo - a0 - half : hi - a0 - half] = recording[lo:hi]
+        real.append(scored)
     wide_t = torch.from_numpy(np.stack(wide))
-    return torch.from_numpy(np.stack(x)), wide_t[:, half : half + S * hop], wide_t
+    return torch.from_numpy(np.stack(x)), wide_t[:, half : half + S * hop], wide_t, torch.from_numpy(np.stack(real))
 
 
 def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wide: torch.Tensor,
            config: IstftTrainConfig) -> dict[str, torch.Tensor]:
+    """The regression losses; "total" their sum, and "audio" the scored frames' samples (B, S * 256)."""
     C, hop = config.context_frames, mel.HOP
     log_mag, phase = generator.spectrum(x)  # (B, C + S, 513)
-    y = generator.forward(x)[:, 0, C * hop :]  # the scored frames' samples
+    y = generator.overlap_add(generator.frames(log_mag, phase))[:, 0, C * hop :]  # the scored frames' samples
     spec = torch.stft(wide, mel.N_FFT, hop, mel.N_FFT, generator.window, center=False, return_complex=True)
     spec = spec.transpose(1, 2)  # (B, S, 513): frame j centred on scored frame j
     out = {"mel": F.l1_loss(mel.log_mel_torch(y, eps=1e-9), mel.log_mel_torch(target, eps=1e-9)),
@@ -112,7 +133,44 @@ def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wid
            "stft": stft_loss(y, target),
            **phase_losses(phase[:, C:], torch.angle(spec))}
     out["total"] = out["mel"] + out["amp"] + out["stft"] + config.phase_weight * (out["ip"] + out["gd"] + out["iaf"])
+    out["audio"] = y
     return out
+
+
+class AdversarialLosses:
+    """The regression losses plus the discriminators' judgement, as one batch_losses for `train_for_minutes`: each
+    call first steps the discriminators on the batch (`disc_real` real, the generator's audio fake), then returns
+    the generator's losses. The first `disc_warmup_steps` calls of a run (a resumed one too) leave the generator's
+    losses as they are, so a discriminator that has not learned yet does not push it at random."""
+
+    def __init__(self, generator: IstftGenerator, pairs, config: IstftTrainConfig, rng: np.random.Generator):
+        self.generator, self.pairs, self.config, self.rng = generator, pairs, config, rng
+        self.discriminators = Discriminators()
+        self.optimizer = torch.optim.AdamW(self.discriminators.parameters(), lr=config.disc_lr, betas=(0.8, 0.9))
+        self.calls = 0
+
+    def state(self) -> dict:
+        return {"discriminators": self.discriminators, "disc_optimizer": self.optimizer}
+
+    def __call__(self) -> dict[str, torch.Tensor]:
+        x, target, wide, real = batch(self.pairs, self.config, self.rng)
+        out = losses(self.generator, x, target, wide, self.config)
+        n = self.config.disc_batch
+        fake, real = out.pop("audio")[:n], (real if self.config.disc_real == "recordings" else target)[:n]
+        d_loss = discriminator_loss(self.discriminators(real), self.discriminators(fake.detach()))
+        self.optimizer.zero_grad()
+        d_loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.discriminators.parameters(), 1.0)
+        self.optimizer.step()
+        self.calls += 1
+        out["disc"] = d_loss.detach()
+        if self.calls > self.config.disc_warmup_steps:
+            with torch.no_grad():
+                judged_real = self.discriminators(real)
+            judged_fake = self.discriminators(fake)
+            out["adv"], out["fm"] = generator_loss(judged_fake), feature_matching_loss(judged_real, judged_fake)
+            out["total"] = out["total"] + self.config.adv_weight * out["adv"] + self.config.fm_weight * out["fm"]
+        return out
 
 
 def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: IstftVocoderConfig,
@@ -128,7 +186,16 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
         generator.load_state_dict(source.state_dict())
     optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
     pairs = training_pairs(corpus, codec, config, progress)
-    log = train_for_minutes(generator, optimizer, lambda: losses(generator, *batch(pairs, config, rng), config), out,
-                            minutes=config.minutes, lr=config.lr, clip_norm=1.0, state_key="generator",
-                            label="iSTFT vocoder", warmup_steps=200, progress=progress)
+    if config.adversarial:
+        batch_losses = AdversarialLosses(generator, pairs, config, rng)
+        extra_state = batch_losses.state()
+    else:
+        def batch_losses() -> dict[str, torch.Tensor]:
+            out = losses(generator, *batch(pairs, config, rng)[:3], config)
+            del out["audio"]
+            return out
+        extra_state = {}
+    log = train_for_minutes(generator, optimizer, batch_losses, out, minutes=config.minutes, lr=config.lr, clip_norm=1.0,
+                            state_key="generator", label="iSTFT vocoder", warmup_steps=200, extra_state=extra_state,
+                            progress=progress)
     return {**log, "config": asdict(config)}

@@ -119,17 +119,21 @@ def segments(mels: list[np.ndarray], count: int, length: int, rng: np.random.Gen
 
 def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch_losses, out: Path, *,
                       minutes: float, lr: float, clip_norm: float, state_key: str, label: str, warmup_steps: int = 0,
-                      progress=None) -> dict:
+                      extra_state: dict | None = None, progress=None) -> dict:
     """The vocoders' training loop: resume from out/train_state.pt if it is there, then step for `minutes` of wall
     time (AdamW's rate on a cosine over that budget, after `warmup_steps` counted over the whole run), writing
     out/train_log.jsonl every 10 steps and the fp16 weights (`Vocoder.save`) and train_state.pt (with optimizer
     state, to resume; not for git) every 5 minutes and at the end. batch_losses() -> named losses of one batch,
-    `total` minimised. Returns the step count and the minutes taken."""
+    `total` minimised. `extra_state`: more modules and optimizers (a discriminator's) saved and resumed with it, by
+    name; batch_losses steps those itself. Returns the step count and the minutes taken."""
+    extra_state = extra_state or {}
     state_path, step = out / "train_state.pt", 0
     if state_path.exists():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
         model.load_state_dict(state[state_key])
         optimizer.load_state_dict(state["optimizer"])
+        for name, part in extra_state.items():
+            part.load_state_dict(state[name])
         step = state["step"]
     deadline_s = minutes * 60
     task = progress.add_task(label, total=deadline_s) if progress else None
@@ -139,7 +143,8 @@ def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     def save() -> None:
         Vocoder(model).save(out)
         model.train()
-        torch.save({state_key: model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, state_path)
+        torch.save({state_key: model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                    **{name: part.state_dict() for name, part in extra_state.items()}}, state_path)
 
     model.train()
     while (elapsed := time.monotonic() - started) < deadline_s:

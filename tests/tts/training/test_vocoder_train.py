@@ -75,3 +75,46 @@ def test_hifigan_student_trains_and_logs(corpus, codec, tmp_path):
     assert load_vocoder(str(tmp_path / "student")).generator.config.resblock_kernel_sizes == [3]
     if log["steps"] >= 10:
         assert "total" in json.loads((tmp_path / "student" / "train_log.jsonl").read_text().splitlines()[0])
+
+
+@pytest.mark.slow
+def test_adversarial_istft_run_steps_both_and_resumes_the_discriminators(corpus, codec, tmp_path):
+    from tts.codec.istft_vocoder import IstftVocoderConfig
+    from tts.training.istft_vocoder_train import IstftTrainConfig, train_istft_vocoder
+
+    shape = IstftVocoderConfig(dim=32, intermediate=64, layers=2)
+    config = IstftTrainConfig(minutes=0.05, batch=2, segment_frames=16, context_frames=4, utterances=2, teacher="",
+                              adversarial=True, disc_warmup_steps=2)
+    first = train_istft_vocoder(corpus, codec, tmp_path / "voc", shape, config)
+    state = torch.load(tmp_path / "voc" / "train_state.pt", weights_only=False)
+    assert {"discriminators", "disc_optimizer"} <= set(state)
+    assert state["disc_optimizer"]["state"]  # the discriminators' optimizer has stepped
+    second = train_istft_vocoder(corpus, codec, tmp_path / "voc", shape, config)
+    assert second["steps"] > first["steps"]
+    if second["steps"] >= 10:
+        logged = json.loads((tmp_path / "voc" / "train_log.jsonl").read_text().splitlines()[-1])
+        assert {"disc", "adv", "fm"} <= set(logged)
+
+
+def test_discriminators_learn_to_tell_a_tone_from_noise():
+    """A few hinge steps on two kinds of audio: the judges' loss falls and their logits part."""
+    from tts.training.discriminators import Discriminators, discriminator_loss, feature_matching_loss, generator_loss
+
+    torch.manual_seed(0)
+    judges = Discriminators()
+    t = torch.arange(4096) / 22050
+    real = torch.stack([0.3 * torch.sin(2 * np.pi * f * t) for f in (220.0, 330.0)])
+    fake = 0.3 * torch.randn(2, 4096)
+    optimizer = torch.optim.AdamW(judges.parameters(), lr=1e-3)
+    first = None
+    for _ in range(15):
+        loss = discriminator_loss(judges(real), judges(fake))
+        first = float(loss.detach()) if first is None else first
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss) < first
+    judged_real, judged_fake = judges(real), judges(fake)
+    assert generator_loss(judged_fake) > generator_loss(judged_real)
+    assert float(feature_matching_loss(judged_real, judged_real)) == 0.0
+    assert float(feature_matching_loss(judged_real, judged_fake)) > 0.0
