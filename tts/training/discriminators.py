@@ -16,6 +16,17 @@ from torch.nn.utils.parametrizations import weight_norm
 Judgement = tuple[torch.Tensor, list[torch.Tensor]]  # (logits, the feature maps behind them)
 
 
+def _judge(convs: nn.ModuleList, post: nn.Module, x: torch.Tensor) -> Judgement:
+    """The convolution stack every judge ends in: leaky ReLU after each layer, every layer's output kept."""
+    features = []
+    for conv in convs:
+        x = F.leaky_relu(conv(x), 0.1)
+        features.append(x)
+    x = post(x)
+    features.append(x)
+    return x.flatten(1), features
+
+
 class PeriodDiscriminator(nn.Module):
     """(B, n) audio folded into (B, 1, n / p, p) columns of every p-th sample -> logits and features."""
 
@@ -31,13 +42,7 @@ class PeriodDiscriminator(nn.Module):
     def forward(self, audio: torch.Tensor) -> Judgement:
         x = F.pad(audio, (0, -audio.shape[1] % self.period), mode="reflect")[:, None]
         x = x.view(x.shape[0], 1, -1, self.period)  # (B, 1, n / p, p)
-        features = []
-        for conv in self.convs:
-            x = F.leaky_relu(conv(x), 0.1)
-            features.append(x)
-        x = self.post(x)
-        features.append(x)
-        return x.flatten(1), features
+        return _judge(self.convs, self.post, x)
 
 
 class SpectrogramDiscriminator(nn.Module):
@@ -55,13 +60,7 @@ class SpectrogramDiscriminator(nn.Module):
     def forward(self, audio: torch.Tensor) -> Judgement:
         spec = torch.stft(audio, self.n_fft, self.hop, self.n_fft, self.window, return_complex=True).abs()
         x = spec.transpose(1, 2)[:, None]  # (B, 1, frames, bins)
-        features = []
-        for conv in self.convs:
-            x = F.leaky_relu(conv(x), 0.1)
-            features.append(x)
-        x = self.post(x)
-        features.append(x)
-        return x.flatten(1), features
+        return _judge(self.convs, self.post, x)
 
 
 class Discriminators(nn.Module):
