@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -25,6 +26,35 @@ User: Can you recommend a good book?
 Assistant: Sure, The Hobbit by Tolkien is a fun adventure that many people love.
 """
 STOP = ["\nUser:", "\n\n", "User:", "\nAssistant:"]
+
+
+def cpu_has_amx() -> bool:
+    try:
+        return " amx_int8" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@contextmanager
+def _extra_buffer_types(allowed: bool):
+    """Load a model with or without ggml's extra weight layouts (AMX tiles, repacked quants). On a Xeon with AMX
+    (2026-12-03, llama-cpp-python 0.3.36 built natively) this Q4_K_M model segfaults in its first decode with them
+    and runs without; elsewhere they stay on (the repacked layout is the faster one). llama-cpp-python exposes no
+    argument for it, so the default model parameters are amended while the model loads."""
+    import llama_cpp.llama_cpp as low_level
+
+    default = low_level.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = allowed
+        return p
+
+    low_level.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        low_level.llama_model_default_params = default
 
 
 def model_path() -> Path:
@@ -72,7 +102,9 @@ class EmbeddedLLM:
             path = self.path or model_path()
             if not path.exists():
                 raise LLMError(f"no embedded model at {path}")
-            self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.threads, seed=self.seed, verbose=False)
+            with _extra_buffer_types(not cpu_has_amx()):
+                self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.threads, seed=self.seed,
+                                  verbose=False)
         return self._llm
 
     async def warm_up(self) -> None:
