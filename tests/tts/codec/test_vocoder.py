@@ -227,11 +227,12 @@ def test_istft_training_batches_align_audio_with_frames():
 
     audio = read_wav(FIXTURE)[0].astype(np.float32)
     T = len(audio) // mel.HOP
-    pairs = [(mel.log_mel(audio)[:T], audio[: T * mel.HOP])]
+    pairs = [(mel.log_mel(audio)[:T], audio[: T * mel.HOP], 0.5 * audio[: T * mel.HOP])]  # (log-mel, target, recording)
     config = IstftTrainConfig(batch=4, segment_frames=8, context_frames=4)
-    x, target, wide = batch(pairs, config, np.random.default_rng(3))
+    x, target, wide, real = batch(pairs, config, np.random.default_rng(3))
     assert x.shape == (4, 80, 12) and target.shape == (4, 8 * mel.HOP) and wide.shape == (4, 8 * mel.HOP + 768)
     assert torch.equal(wide[:, 512 : 512 + 8 * mel.HOP], target)
+    assert torch.equal(real, 0.5 * target)  # the recording's samples under the same scored frames
     for row in range(4):  # the window's mel frames are the recording's at the same offset
         first = x[row, :, 4].numpy()
         if first.max() > mel.LOG_FLOOR:
