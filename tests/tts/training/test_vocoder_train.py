@@ -113,7 +113,7 @@ def test_discriminators_learn_to_tell_a_tone_from_noise():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert float(loss) < first
+    assert float(loss.detach()) < first
     judged_real, judged_fake = judges(real), judges(fake)
     assert generator_loss(judged_fake) > generator_loss(judged_real)
     assert float(feature_matching_loss(judged_real, judged_real)) == 0.0
