@@ -91,6 +91,15 @@ def training_pairs(corpus: Path, codec: MelCodec, config: IstftTrainConfig,
     return pairs
 
 
+def _window(signal: np.ndarray, start: int, length: int, fill: float = 0.0) -> np.ndarray:
+    """signal[start : start + length] along its first axis, `fill` where that runs past either end."""
+    out = np.full((length, *signal.shape[1:]), fill, np.float32)
+    lo, hi = max(start, 0), min(start + length, len(signal))
+    if hi > lo:
+        out[lo - start : hi - start] = signal[lo:hi]
+    return out
+
+
 def batch(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], config: IstftTrainConfig,
           rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, 80, C + S) log-mel windows; (B, S * 256) target audio under the scored S frames; (B, S * 256 + 768)
@@ -101,21 +110,10 @@ def batch(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], config: IstftT
     for i in rng.integers(0, len(pairs), config.batch):
         m, audio, recording = pairs[i]
         start = int(rng.integers(-C, max(1, len(m) - C - S // 2)))  # the scored part may hang over either end
-        frames = np.full((C + S, mel.N_MELS), mel.LOG_FLOOR, np.float32)
-        lo, hi = max(start, 0), min(start + C + S, len(m))
-        frames[lo - start : hi - start] = m[lo:hi]
-        x.append(frames.T)
+        x.append(_window(m, start, C + S, mel.LOG_FLOOR).T)
         a0 = (start + C) * hop - half  # the target from 512 samples before the first scored frame's centre
-        padded = np.zeros(S * hop + 2 * half - hop, np.float32)
-        lo, hi = max(a0, 0), min(a0 + len(padded), len(audio))
-        if hi > lo:
-            padded[lo - a0 : hi - a0] = audio[lo:hi]
-        wide.append(padded)
-        scored = np.zeros(S * hop, np.float32)
-        lo, hi = max(a0 + half, 0), min(a0 + half + S * hop, len(recording))
-        if hi > lo:
-            scored[lo - a0 - half : hi - a0 - half] = recording[lo:hi]
-        real.append(scored)
+        wide.append(_window(audio, a0, S * hop + 2 * half - hop))
+        real.append(_window(recording, a0 + half, S * hop))
     wide_t = torch.from_numpy(np.stack(wide))
     return torch.from_numpy(np.stack(x)), wide_t[:, half : half + S * hop], wide_t, torch.from_numpy(np.stack(real))
 
