@@ -42,3 +42,6 @@ extras="test"
 # the Silero VAD model for spoken input (`s5 chat --voice`); it runs on onnxruntime, so its torch/torchaudio
 # requirements (which would replace the pinned CPU torch) are skipped
 .venv/bin/python -m pip install --quiet --no-deps "silero-vad==6.2.3"
+# Distill-MOS, the naturalness judge (`tts/eval/metrics.py`): its package and the model code it builds on, without
+# their requirements (torchaudio would replace the pinned CPU torch; `metrics.distillmos` stands in for it)
+.venv/bin/python -m pip install --quiet --no-deps "distillmos==0.9.1" "xls-r-sqa==0.1.0"

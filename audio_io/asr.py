@@ -27,10 +27,13 @@ def whisper_model():
 
 
 def transcribe(audio: np.ndarray, rate: int) -> str:
-    """Whisper tiny.en's greedy transcript (temperature 0, no fallback, each utterance on its own)."""
+    """Whisper tiny.en's greedy transcript (temperature 0, no fallback, each utterance on its own). Audio longer
+    than Whisper's 30 s window is read window by window with timestamps, so each window resumes where the last
+    segment it heard ended (without them, a word across a window's edge is cut or read twice)."""
     x = np.clip(resample(np.asarray(audio, dtype=np.float32), rate, ASR_RATE), -1, 1)
     if len(x) < ASR_RATE // 10:
         return ""
     segments, _ = whisper_model().transcribe(x, language="en", beam_size=1, temperature=0.0,
-                                             condition_on_previous_text=False, without_timestamps=True, vad_filter=False)
+                                             condition_on_previous_text=False, without_timestamps=len(x) <= 30 * ASR_RATE,
+                                             vad_filter=False)
     return " ".join(segment.text.strip() for segment in segments).strip()

@@ -33,3 +33,17 @@ def first_audible_sample(samples: np.ndarray, sample_rate: int, threshold_dbfs: 
     rms = np.sqrt((frames**2).sum(axis=1) / lengths)
     loud = np.flatnonzero(rms >= 10 ** (threshold_dbfs / 20))
     return int(loud[0]) * window if len(loud) else None
+
+
+def longest_silence_s(samples: np.ndarray, sample_rate: int, threshold_dbfs: float = AUDIBLE_DBFS) -> float:
+    """The longest run of 10 ms windows below threshold_dbfs between the first and the last audible one (a pause
+    inside speech; the silence before and after it is not counted), in seconds."""
+    window = max(1, int(round(WINDOW_S * sample_rate)))
+    n = len(samples) // window
+    if n == 0:
+        return 0.0
+    frames = np.asarray(samples[: n * window], dtype=np.float64).reshape(n, window)
+    loud = np.flatnonzero(np.sqrt((frames**2).mean(axis=1)) >= 10 ** (threshold_dbfs / 20))
+    if len(loud) < 2:
+        return 0.0
+    return float((np.diff(loud).max() - 1) * WINDOW_S)

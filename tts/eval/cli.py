@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tts.cli import STRETCH_HELP, print_result, progress_bar, read_sentences
 from tts.errors import UserError
+from tts.paths import CONFIGS
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -13,6 +14,14 @@ def _eval(args: argparse.Namespace) -> int:
     from tts.inference.streaming import load_bundle
 
     bundle = load_bundle(args.mode, args.model, args.codec)
+    if args.long:
+        from tts.eval.evaluate import evaluate_long
+
+        replies = read_sentences(args.sentences or CONFIGS / "long_replies.txt")[: args.limit]
+        with progress_bar() as progress:
+            result = evaluate_long(bundle, replies, args.mode, args.reference_voice, out_dir=args.out, progress=progress)
+        print_result(result, args.json, "S5-TTS long replies")
+        return 0
     if args.cfg_scale is not None and bundle.model.null_memory is None:
         raise UserError("--cfg-scale: this model was trained without cfg_dropout (no unconditional row to guide with)")
     if args.sentences:
@@ -26,7 +35,7 @@ def _eval(args: argparse.Namespace) -> int:
         prompt, clip = zero_shot_prompt(bundle)
     with progress_bar() as progress:
         result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt,
-                          speaker_clip=clip, **({"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}))
+                          speaker_clip=clip, mode=args.mode, **({"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}))
     result["zero_shot"] = bool(args.zero_shot)
     print_result(result, args.json, "S5-TTS evaluation")
     return 0
@@ -94,7 +103,11 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     """Add `s5 eval` and the TTS benchmarks: `bench_kinds` is the `s5 bench` group (the agent adds `e2e` to it)."""
     ev = commands.add_parser("eval", help="streaming synthesis quality: WER/CER, similarity, DNSMOS, RTF")
     ev.add_argument("--model", type=Path, default=None, help="exported model folder (default: the shipped one for --mode)")
-    ev.add_argument("--mode", choices=["s5", "t5"], default="s5", help="which shipped checkpoint to evaluate")
+    ev.add_argument("--mode", choices=["s5", "t5", "sentence"], default="s5",
+                    help="which shipped checkpoint to evaluate (sentence: the full-context one, a sentence at a time)")
+    ev.add_argument("--long", action="store_true",
+                    help="long replies (default configs/long_replies.txt, one per line), each one turn: WER over the "
+                         "whole audio, seconds per word and pauses against the reference voice")
     ev.add_argument("--codec", type=Path, default=None)
     ev.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: the test split)")
     ev.add_argument("--corpus", type=Path, default=Path("corpus"))

@@ -12,7 +12,7 @@ import torch
 from tts.data.corpus import read_manifest
 from tts.data.voices import SAMPLE_RATE, VOICES
 from tts.errors import UserError
-from tts.eval.metrics import dnsmos, error_rates, speaker_similarity, transcribe
+from tts.eval.metrics import distillmos, dnsmos, error_rates, speaker_similarity, transcribe
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import speak
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
@@ -27,10 +27,11 @@ class EvalResult:
     capped_words: int
 
 
-def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, prompt: VoicePrompt | None = None) -> EvalResult:
+def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, prompt: VoicePrompt | None = None,
+                         mode: str | None = None) -> EvalResult:
     """The text through the pipeline `s5 chat` runs (word by word for an S5 model, the whole text for a
-    full-context one), into the same player model; the audio is what it played."""
-    mode = "s5" if bundle.model.config.lookahead_words is not None else "t5"
+    full-context one, unless `mode` says otherwise), into the same player model; the audio is what it played."""
+    mode = mode or ("s5" if bundle.model.config.lookahead_words is not None else "t5")
     start = time.perf_counter()
     speech = asyncio.run(speak(bundle, normalize_text(text), mode, config=config, prompt=prompt, max_stretch=1.0))
     return EvalResult(text, speech.audio, time.perf_counter() - start, len(speech.chunks), speech.times.capped_words)
@@ -39,7 +40,7 @@ def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, 
 def evaluate(
     bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
     speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
-    prompt: VoicePrompt | None = None, cfg_scale: float = SynthesisConfig.cfg_scale,
+    prompt: VoicePrompt | None = None, cfg_scale: float = SynthesisConfig.cfg_scale, mode: str | None = None,
 ) -> dict:
     if not sentences:
         raise UserError("no sentences to evaluate")
@@ -47,16 +48,17 @@ def evaluate(
         raise UserError(f"unknown reference voice {reference_voice!r} (known: {', '.join(VOICES)})")
     reference = VOICES[reference_voice]
     task = progress.add_task("eval", total=len(sentences)) if progress else None
-    hyps, ref_hyps, sims, moses, ratios = [], [], [], [], []
+    hyps, ref_hyps, sims, moses, distill, ratios = [], [], [], [], [], []
     synth_seconds = audio_seconds = 0.0
     for i, text in enumerate(sentences):
-        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i, cfg_scale=cfg_scale), prompt)
+        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i, cfg_scale=cfg_scale), prompt, mode)
         ref_audio = reference.synthesize(text).audio
         hyps.append(transcribe(result.audio, SAMPLE_RATE) if len(result.audio) else "")
         ref_hyps.append(transcribe(ref_audio, SAMPLE_RATE))
         target = speaker_clip if speaker_clip is not None else ref_audio
         sims.append(speaker_similarity(result.audio, target, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 0.0)
         moses.append(dnsmos(result.audio, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 1.0)
+        distill.append(distillmos(result.audio, SAMPLE_RATE) if len(result.audio) > SAMPLE_RATE // 2 else 1.0)
         ratios.append(len(result.audio) / max(1, len(ref_audio)))
         synth_seconds += result.seconds
         audio_seconds += len(result.audio) / SAMPLE_RATE
@@ -72,14 +74,61 @@ def evaluate(
     return {
         "wer": round(wer, 2), "cer": round(cer, 2), "wer_reference": round(wer_ref, 2),
         "speaker_similarity": round(float(np.mean(sims)), 3), "dnsmos": round(float(np.mean(moses)), 3),
+        "distillmos": round(float(np.mean(distill)), 3),
         "rtf": round(synth_seconds / max(audio_seconds, 1e-6), 3),
         "duration_ratio": round(float(np.mean(ratios)), 3),
         "duration_ratio_min": round(float(np.min(ratios)), 3), "duration_ratio_max": round(float(np.max(ratios)), 3),
         "duration_ratio_in_range": round(float(np.mean([(0.6 <= r <= 1.6) for r in ratios])), 3),
-        "n": len(sentences), "mode": "s5" if bundle.model.config.lookahead_words is not None else "t5",
+        "n": len(sentences), "mode": mode or ("s5" if bundle.model.config.lookahead_words is not None else "t5"),
         "cfg_scale": cfg_scale if bundle.model.null_memory is not None else None,
         "threads": torch.get_num_threads(),
     }
+
+
+def evaluate_long(bundle: TTSBundle, replies: list[str], mode: str, reference_voice: str = "piper_joe", seed: int = 0,
+                  out_dir: Path | None = None, progress=None) -> dict:
+    """Long replies, each spoken as one turn (the engine cuts it into synthesis units), judged over the whole audio
+    against the reference voice speaking the same text: Whisper WER, seconds of audio per word, the longest pause
+    inside the speech, Distill-MOS; synthesis rtf and the process's peak memory after each reply."""
+    import resource
+
+    from audio_io.levels import longest_silence_s
+
+    if not replies:
+        raise UserError("no replies to evaluate")
+    reference = VOICES[reference_voice]
+    task = progress.add_task("long replies", total=len(replies)) if progress else None
+    rows = []
+    for i, text in enumerate(replies):
+        words = len(normalize_text(text))
+        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i), mode=mode)
+        ref_audio = reference.synthesize(text).audio
+        audio_s, ref_s = len(result.audio) / SAMPLE_RATE, len(ref_audio) / SAMPLE_RATE
+        rows.append({
+            "words": words,
+            "wer": round(error_rates([text], [transcribe(result.audio, SAMPLE_RATE)])[0], 2),
+            "wer_reference": round(error_rates([text], [transcribe(ref_audio, SAMPLE_RATE)])[0], 2),
+            "s_per_word": round(audio_s / words, 3), "s_per_word_reference": round(ref_s / words, 3),
+            "longest_pause_s": round(longest_silence_s(result.audio, SAMPLE_RATE), 2),
+            "longest_pause_s_reference": round(longest_silence_s(ref_audio, SAMPLE_RATE), 2),
+            "distillmos": round(distillmos(result.audio, SAMPLE_RATE), 3),
+            "capped_words": result.capped_words,
+            "rtf": round(result.seconds / max(audio_s, 1e-6), 3),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        })
+        if out_dir is not None:
+            from audio_io.wav import write_wav
+
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_wav(out_dir / f"long_{i:02d}.wav", result.audio)
+            write_wav(out_dir / f"long_{i:02d}_reference.wav", ref_audio)
+        if progress:
+            progress.advance(task)
+    summary = {key: round(float(np.mean([r[key] for r in rows])), 3) for key in rows[0] if key != "peak_rss_mb"}
+    summary["wer_ratio"] = round(summary["wer"] / max(summary["wer_reference"], 1e-6), 2)
+    summary["s_per_word_ratio"] = round(summary["s_per_word"] / summary["s_per_word_reference"], 3)
+    summary["longest_pause_s_max"] = max(r["longest_pause_s"] for r in rows)
+    return {**summary, "mode": mode, "n": len(rows), "replies": rows}
 
 
 def heldout_sentences(corpus: Path, speaker: str = "piper_joe", limit: int = 30) -> list[str]:

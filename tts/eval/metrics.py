@@ -59,3 +59,38 @@ def dnsmos(audio: np.ndarray, rate: int) -> float:
     if peak > 1.0:
         x = x / peak
     return float(model.run(x, ASR_RATE)["ovrl_mos"])
+
+
+@lru_cache(maxsize=1)
+def _distillmos_model():
+    """Distill-MOS (Stahl & Gamper 2025; PyPI `distillmos`, its weights in the wheel). The package imports
+    torchaudio at the top for its own command line only; torchaudio would replace the pinned torch, so an empty
+    module stands in for it while the model class is imported (installed with `--no-deps` by setup.sh)."""
+    import contextlib
+    import io
+    import sys
+    import types
+
+    import torch
+
+    shimmed = "torchaudio" not in sys.modules
+    if shimmed:
+        sys.modules["torchaudio"] = types.ModuleType("torchaudio")
+    try:
+        from distillmos import ConvTransformerSQAModel
+    finally:
+        if shimmed:
+            del sys.modules["torchaudio"]
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints where it loaded its weights from
+        model = ConvTransformerSQAModel().eval()
+    return model, torch
+
+
+def distillmos(audio: np.ndarray, rate: int) -> float:
+    """Distill-MOS (1-5, higher is better): ranks TTS voices as listeners do, where DNSMOS compresses them."""
+    model, torch = _distillmos_model()
+    x = resample(audio, rate, ASR_RATE).astype(np.float32)
+    if not len(x) or float(np.abs(x).max()) < 1e-6:
+        return 1.0  # silence: the model would divide by its peak
+    with torch.inference_mode():
+        return float(model(torch.from_numpy(x)[None]).item())

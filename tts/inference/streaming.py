@@ -1,108 +1,44 @@
-"""Streaming synthesis engine: words in one at a time, audio chunks out as soon as the model may speak.
+"""The streaming engine's driver: words in one at a time from the event loop, audio chunks out as soon as the model
+may speak. One `StreamingSynthesizer` per utterance (nothing survives a request).
 
-One `StreamingSynthesizer` per utterance (nothing survives a request). Call `push_word` / `end` from the event
-loop; iterate `chunks()` for `AudioChunk`s. Model work runs in a worker thread in small units (a few decoder
-steps), so the event loop stays free and cancellation takes effect within one unit.
-
-Modes (DESIGN.md section 4):
-- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes (the
-  words right after the opening one a few frames at a time: see the end of this docstring).
-- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps. The paper emits every 30
-  steps at 86 frames/s (S5's average frames per word there); by default we emit its time equivalent, 0.35 s of
-  frames (8 at 21.5 frames/s), so the comparison stays fair at our frame rate.
-- `sentence`: the full-context model per sentence, as most voice pipelines run TTS: a sentence starts once its
-  last word has arrived; emission as in `t5`.
-The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
-`t5` mode is "offline S5" (all words known before decoding), which is how streaming and offline S5 are compared.
-
-Pacing (s5): when the text arrives slower than the voice speaks (a slow LLM), the engine would finish a word, then
-wait for the next words while the player runs dry. `Pacer` renders such words up to `max_stretch` times slower
-at the same pitch so the audio lasts until the text catches up, and asks the player to hold the first chunk back
-a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
-not drain it. Pacing applies while words come slower than 5 per second, or, where the caller notes the LLM's
-tokens (`note_token`: the agent does), while 4.5 tokens take longer than that (slower than about 22 tokens/s):
-there one word of many tokens ("$738.67," is seven; a run of markdown) outlasts what is buffered, so the first
-chunk is held eight tokens' time. A fast LLM stream (25-30 tokens/s) is never stretched or held.
-
-The opening (s5, LLM-speed text), where the floor is: from word k+1's arrival to the first sound. The opening
-word is rendered as it is decoded, from the `OPENING_FRAMES_PAST_HOLDBACK`-th step after what the codec holds back
-(`held_back_frames`: its decoder's and vocoder's right context; the first frame is mostly the voice's leading
-silence), and its sound leaves before the word
-is complete once the word after it may follow at once (its lookahead text is in, or the text ended). The leading
-silence is dropped (`LeadingSilence`): the first sound is the first audible 10 ms. A short opening word whose
-successor still waits for text (the many tokens of "$738.67,") is held until that text is in (at most
-`MAX_OPENING_HOLD_S`), or the player would run dry after it; the unit after that text arrives sends the sound
-first and encodes the text after (`_work`). After the first sound, frames leave after every step
-until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_UNIT_STEPS` steps until `SMALL_UNITS_UNTIL_S`, so
-that the short first chunks last until the next is rendered. Smaller units cost more per frame, so only there, and
-not for slow text (the pacer has it in hand). When a chunk leaves now depends on timing (the text's arrival, the
-machine's speed), and where chunks are cut changes the audio by rounding alone: the mel codec and its vocoder
-stream exactly, and the leading silence is found on the joined stream. (About 1e-7 through float32; the shipped
-vocoder's bfloat16 blocks round that to at most ~1.5e-3, -56 dBFS, measured 2026-12-02: noise, not a join.)
-
-A code block the voice skips (`push_break`, `SEGMENT_BREAK` in a word stream) ends the words before it as a
-whole text, so they do not wait for lookahead words from after the block; the words after it start a new segment.
+Call `push_word` / `push_break` / `end` from the event loop and iterate `chunks()` for `AudioChunk`s. What the model
+does and when audio may leave is the schedule's (`tts/inference/schedule.py`: modes, synthesis units, pacing, the
+opening); this driver only feeds it the words and runs its units one at a time on a worker thread, so the event
+loop stays free and cancellation takes effect within one unit.
 """
 from __future__ import annotations
 
 import asyncio
 import gc
 import os
-import re
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-import numpy as np
 import torch
 
-from audio_io.levels import AUDIBLE_DBFS, WINDOW_S, audible_onset
-from tts.codec.base import held_back_frames
 from tts.errors import UserError
-from tts.inference.synthesis import (
-    SynthesisConfig,
-    TTSBundle,
-    UtteranceSynthesizer,
-    VoicePrompt,
+from tts.inference.schedule import (  # noqa: F401  (re-exported: the engine's public names)
+    DEFAULT_MAX_STRETCH,
+    MAX_OPENING_HOLD_S,
+    MODES,
+    OPENING_FRAMES_PAST_HOLDBACK,
+    SEGMENT_BREAK,
+    WORKER_TORCH_THREADS,
+    AudioChunk,
+    Inbox,
+    LeadingSilence,
+    Pacer,
+    StreamSchedule,
+    UtteranceTimes,
+    default_emit_every,
+    ends_unit,
+    mean_interval_ns,
 )
+from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 from tts.paths import ASSETS
 
-MODES = ("s5", "t5", "sentence")
-SEGMENT_BREAK = "\u2029"  # in a word stream: the text pauses here (`push_break`), e.g. where a skipped code block opens
-SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 MODELS_DIR = ASSETS / "models"
-
-
-DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
-SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
-SLOW_WORD_TOKENS = 4.5  # a slow LLM's text is paced as if every word took this many tokens: one word of many tokens
-# (a price, a time, a run of markup) then finds speech buffered (measured: 3-4 gaps of 70-370 ms per reply at 10 and
-# 15 tokens/s, 2026-12-02, when only words were timed)
-PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words...
-PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
-MAX_PREBUFFER_S = 1.0
-PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
-S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
-SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
-MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
-SMALL_UNITS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
-SMALL_UNIT_STEPS = 3  # ...every this many decoder steps
-SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave after every step: the first chunk
-# (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
-OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
-# codec holds back (the first frame is mostly the voice's leading silence), then after every step
-OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
-WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
-# worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
-FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
-
-
-def mean_interval_ns(times_ns: list[int]) -> int | None:
-    """The mean time between successive stamps (None for fewer than two)."""
-    return round((times_ns[-1] - times_ns[0]) / (len(times_ns) - 1)) if len(times_ns) >= 2 else None
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:
@@ -111,11 +47,6 @@ def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float
     if not 1.0 <= value <= 2.0:
         raise UserError(f"{name} must be between 1 (pacing off) and 2, not {value}")
     return value
-
-
-def default_emit_every(frame_rate: float) -> int:
-    """Decoder steps per T5 chunk: the paper's 30 steps at 86 frames/s, as time (8 steps at 21.5 frames/s)."""
-    return max(1, round(PAPER_EMIT_SECONDS * frame_rate))
 
 
 def default_model_dir(mode: str) -> Path:
@@ -137,104 +68,6 @@ def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path 
     return bundle
 
 
-@dataclass
-class AudioChunk:
-    samples: np.ndarray  # float32 mono
-    sample_rate: int
-    created_ns: int  # time.perf_counter_ns() when the chunk became playable
-    frames: int  # codec frames it carries (0 for the final crossfade tail)
-    final: bool = False
-    codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
-    play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
-    words: tuple[str, ...] = ()  # the words completed since the previous chunk (to trace a gap to its text)
-
-
-@dataclass
-class UtteranceTimes:
-    """Monotonic perf_counter_ns stamps of one utterance; the latency records and benchmarks read them."""
-    word_arrivals_ns: list[int] = field(default_factory=list)
-    end_ns: int | None = None
-    start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
-    first_codec_frame_ns: int | None = None
-    first_chunk_ns: int | None = None
-    last_chunk_ns: int | None = None
-    compute_ns: int = 0  # worker time spent decoding and rendering
-    frames: int = 0
-    paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
-    prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
-    opening_hold_ms: float = 0.0  # how long a short opening word waited for the next word's text
-    words: int = 0
-    capped_words: int = 0
-
-
-class Pacer:
-    """Per utterance: keeps a virtual player's clock (when the audio emitted so far will have played out) and
-    picks a stretch for each new chunk so that it lasts until the engine can emit again."""
-
-    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
-        self.max_stretch = max(1.0, max_stretch)
-        self.margin_ns = round(margin_s * 1e9)  # reserve: the next word's compute, jitter, a short word next
-        self.play_end_ns: int | None = None
-
-    @staticmethod
-    def paces(text_interval_ns: int | None) -> bool:
-        """Is text arriving one word every text_interval_ns slow enough to pace (slower than 5 words/s)?"""
-        return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
-
-    @staticmethod
-    def pace_interval_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int | None:
-        """The text's pace per word: the time between words, or `SLOW_WORD_TOKENS` tokens' time where longer."""
-        if word_interval_ns is None or not token_interval_ns:
-            return word_interval_ns
-        return max(word_interval_ns, SLOW_WORD_TOKENS * token_interval_ns)
-
-    @staticmethod
-    def prebuffer_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int:
-        """How long the player should hold the first chunk for paced text: three words' time, or
-        `PREBUFFER_TOKENS` of a slow LLM's tokens where that is longer."""
-        if not Pacer.paces(Pacer.pace_interval_ns(word_interval_ns, token_interval_ns)):
-            return 0
-        hold = max(PREBUFFER_WORDS * word_interval_ns, PREBUFFER_TOKENS * (token_interval_ns or 0))
-        return round(min(MAX_PREBUFFER_S * 1e9, hold))
-
-    def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
-        """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
-        arrive (None: it can go on at once). Returns the factor (1 .. max_stretch) to render the chunk with."""
-        buffered_ns = max(0, self.play_end_ns - now_ns) if self.play_end_ns is not None else 0
-        factor = 1.0
-        if wait_ns is not None and chunk_s > 0:
-            needed_s = (wait_ns + self.margin_ns - buffered_ns) / 1e9
-            factor = min(self.max_stretch, max(1.0, needed_s / chunk_s))
-        self.play_end_ns = max(self.play_end_ns or now_ns, now_ns) + round(chunk_s * factor * 1e9)
-        return factor
-
-
-class LeadingSilence:
-    """Per utterance: drops the silence a reply starts with (the voice's first frame is mostly quiet: 20-50 ms the
-    listener would wait for). The sound starts at the first 10 ms window that is audible (1 dB above the players'
-    threshold, wherever it starts), its first millisecond faded in so that nothing clicks."""
-
-    def __init__(self, sample_rate: int):
-        self.sample_rate = sample_rate
-        self.window = round(WINDOW_S * sample_rate)
-        self.fade = round(FADE_IN_S * sample_rate)
-        self.held = np.zeros(0, np.float32)
-        self.done = False
-
-    def __call__(self, audio: np.ndarray) -> np.ndarray:
-        if self.done:
-            return audio
-        held = np.concatenate([self.held, audio])
-        onset = audible_onset(held, self.sample_rate, AUDIBLE_DBFS + 1.0)
-        if onset is None:  # all quiet so far: keep what a window starting here would need
-            self.held = held[max(0, len(held) - self.window + 1) :]
-            return np.zeros(0, np.float32)
-        self.done, self.held = True, np.zeros(0, np.float32)
-        out = held[onset:].copy()
-        out[: self.fade] *= np.linspace(0.0, 1.0, self.fade, endpoint=False, dtype=np.float32)[: len(out)]
-        return out
-
-
 class StreamingSynthesizer:
     def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
                  prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
@@ -247,76 +80,52 @@ class StreamingSynthesizer:
         self.mode = mode
         self.config = config or SynthesisConfig()
         self.emit_every = emit_every or default_emit_every(bundle.codec.frame_rate)
-        self.prompt = prompt  # reference audio of the target voice, prefixed to every segment
         self.k = k
         self.sample_rate = bundle.codec.sample_rate
         self.times = UtteranceTimes()
-        # input side (event loop): words waiting for the worker
-        self._pending: deque[str] = deque()
-        self._token_arrivals_ns: deque[int] = deque(maxlen=8)  # the LLM's last tokens, when the caller notes them
-        self._ended = False
-        self._lock = threading.Lock()
+        self.inbox = Inbox(self.times)
+        self.schedule = StreamSchedule(bundle, mode, self.config, self.emit_every, self.inbox, prompt, max_stretch)
         self._wake = asyncio.Event()
-        # worker side: full-context segments wait here for their last word; segments run in order
-        self._held_words: list[str] = []
-        self._segments: deque[UtteranceSynthesizer] = deque()
-        self._cursor = 0  # frames of the front segment already rendered
-        self._words_done: list[str] = []  # completed since the last chunk
-        self._input_done = False
-        self._codec_stream = bundle.codec.streaming_decoder()
-        self.opening_first_render = held_back_frames(bundle.codec) + OPENING_FRAMES_PAST_HOLDBACK  # decoder steps
-        self._leading_silence = LeadingSilence(self.sample_rate)
-        stretchable = self._codec_stream.supports_stretch
-        self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
-        self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
-        self._opening_hold_until_ns: int | None = None  # a short opening word waits for the next one until then
-        self._opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
-        self._emitted_s = 0.0  # audio sent so far
-        self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
-        self._unsent_codes: list[torch.Tensor] = []
-        self._unsent_frames = 0
-        self._seed = self.config.seed
-        self._closed = False
+        self._unit_words = 0  # words of the synthesis unit the text is in (when synthesis may start)
         self._unit: asyncio.Future | None = None  # the worker unit in flight
 
     # ---- input (event loop thread) ----------------------------------------------------------------------
     def note_token(self, t_ns: int) -> None:
-        """An LLM token arrived (spoken or not): its rate paces the speech when it is slow (`SLOW_WORD_TOKENS`)."""
-        with self._lock:
-            self._token_arrivals_ns.append(t_ns)
+        """An LLM token arrived (spoken or not): its rate paces the speech when it is slow."""
+        self.inbox.put_token(t_ns)
 
     def push_word(self, word: str) -> None:
-        if self._ended:
+        if self.inbox.ended:
             raise RuntimeError("push_word after end()")
-        now = time.perf_counter_ns()
-        with self._lock:
-            self._pending.append(word)
-            self.times.word_arrivals_ns.append(now)
+        now = self.inbox.put_word(word)
+        self._unit_words += 1
+        unit_ended = ends_unit(self._unit_words, word)
         if self.times.start_allowed_ns is None and (
-            (self.mode == "s5" and len(self.times.word_arrivals_ns) == self.k + 1)
-            or (self.mode == "sentence" and SENTENCE_END.search(word))
+            (self.mode == "s5" and (len(self.times.word_arrivals_ns) == self.k + 1 or unit_ended))
+            or (self.mode == "sentence" and unit_ended)
         ):
             self.times.start_allowed_ns = now
+        if unit_ended:
+            self._unit_words = 0
         self._wake.set()
 
     def push_break(self) -> None:
         """The text pauses here (a code block the voice skips): the words so far are spoken with no lookahead
-        past them, as a whole; the words after start a new segment (s5, sentence). Full context (t5) ignores it."""
-        if self._ended:
+        past them, as a whole; the words after start a new unit (s5, sentence). Full context (t5) ignores it."""
+        if self.inbox.ended:
             raise RuntimeError("push_break after end()")
         if self.mode == "t5":
             return
-        with self._lock:
-            self._pending.append(SEGMENT_BREAK)
-            spoke = bool(self.times.word_arrivals_ns)
-        if self.times.start_allowed_ns is None and spoke:
+        self.inbox.put_word(SEGMENT_BREAK)
+        self._unit_words = 0
+        if self.times.start_allowed_ns is None and self.times.word_arrivals_ns:
             self.times.start_allowed_ns = time.perf_counter_ns()
         self._wake.set()
 
     def end(self) -> None:
-        if self._ended:
+        if self.inbox.ended:
             return
-        self._ended = True
+        self.inbox.end()
         self.times.end_ns = time.perf_counter_ns()
         if self.times.start_allowed_ns is None:
             self.times.start_allowed_ns = self.times.end_ns
@@ -324,7 +133,7 @@ class StreamingSynthesizer:
 
     async def aclose(self) -> None:
         """Cancel: stop decoding, drop every model state and queued word (a running unit finishes first)."""
-        self._closed = True
+        self.inbox.closed = True
         self._wake.set()
         if self._unit is not None and not self._unit.done():
             try:
@@ -334,10 +143,8 @@ class StreamingSynthesizer:
         self._release()
 
     def _release(self) -> None:
-        self._segments.clear()
-        self._pending.clear()
-        self._held_words.clear()
-        self._codec_stream = None
+        self.inbox.clear()
+        self.schedule.release()
 
     @property
     def busy(self) -> bool:
@@ -345,18 +152,17 @@ class StreamingSynthesizer:
 
     @property
     def released(self) -> bool:
-        return self._codec_stream is None and not self._segments and not self.busy
+        return self.schedule.released and not self.busy
 
     # ---- output (event loop thread) ---------------------------------------------------------------------
     async def chunks(self) -> AsyncIterator[AudioChunk]:
         try:
-            while not self._closed:
+            while not self.inbox.closed:
                 self._wake.clear()
                 # shielded: a cancelled consumer leaves the unit to finish in its thread; aclose() waits for it
-                self._unit = asyncio.ensure_future(asyncio.to_thread(self._work))
+                self._unit = asyncio.ensure_future(asyncio.to_thread(self._run_unit))
                 chunk, state = await asyncio.shield(self._unit)
                 if chunk is not None and len(chunk.samples):
-                    self.times.last_chunk_ns = chunk.created_ns
                     if self.times.first_chunk_ns is None:
                         self.times.first_chunk_ns = chunk.created_ns
                     yield chunk
@@ -365,248 +171,21 @@ class StreamingSynthesizer:
                 if state == "idle":
                     await self._wait_for_input()
         finally:
-            if (self._closed or self._input_done) and not self.busy:  # else aclose() releases after the unit
+            if (self.inbox.closed or self.schedule.input_done) and not self.busy:  # else aclose() releases after the unit
                 self._release()
+
+    def _run_unit(self) -> tuple[AudioChunk | None, str]:
+        torch.set_num_threads(WORKER_TORCH_THREADS)
+        return self.schedule.work()
 
     async def _wait_for_input(self) -> None:
         """Until a word arrives (or the end); a held opening word is released at its deadline."""
-        if self._opening_hold_until_ns is None:
+        hold_until_ns = self.schedule.hold_until_ns
+        if hold_until_ns is None:
             await self._wake.wait()
             return
-        timeout = max(0.0, (self._opening_hold_until_ns - time.perf_counter_ns()) / 1e9)
+        timeout = max(0.0, (hold_until_ns - time.perf_counter_ns()) / 1e9)
         try:
             await asyncio.wait_for(self._wake.wait(), timeout)
         except TimeoutError:
             pass
-
-    # ---- worker thread ------------------------------------------------------------------------------------
-    def _new_segment(self, words: list[str]) -> None:
-        config = self.config
-        if self._seed is not None:  # a different but reproducible seed per sentence
-            config = SynthesisConfig(**{**vars(self.config), "seed": self._seed + len(self._segments) + self.times.words})
-        segment = UtteranceSynthesizer(self.bundle, config, self.prompt)
-        segment.push_words(words)
-        if self.mode != "s5":
-            segment.end()
-        self._segments.append(segment)
-
-    def _absorb_input(self) -> None:
-        with self._lock:
-            words = list(self._pending)
-            self._pending.clear()
-            ended = self._ended
-        if self.mode == "s5":
-            run: list[str] = []
-            for word in words + [SEGMENT_BREAK] * (ended and not self._input_done):  # the end: a last break
-                if word != SEGMENT_BREAK:
-                    run.append(word)
-                    continue
-                segment = self._open_segment()
-                segment.push_words(run)  # arrived together: one encoder pass
-                run = []
-                if segment.words or ended:
-                    segment.end()
-            if run:
-                self._open_segment().push_words(run)
-        else:
-            for word in words:
-                if word == SEGMENT_BREAK:
-                    self._flush_held()
-                    continue
-                self._held_words.append(word)
-                if self.mode == "sentence" and SENTENCE_END.search(word):
-                    self._flush_held()
-            if ended and not self._input_done:
-                self._flush_held()
-        self._input_done = ended
-
-    def _open_segment(self) -> UtteranceSynthesizer:
-        """s5: the segment words go to (a new one after a break)."""
-        if not self._segments or self._segments[-1].ended:
-            self._new_segment([])
-        return self._segments[-1]
-
-    def _flush_held(self) -> None:
-        if self._held_words:
-            self._new_segment(self._held_words)
-            self._held_words = []
-
-    def _work(self) -> tuple[AudioChunk | None, str]:
-        """One unit: absorb input, decode a few frames of the front segment, render what may be emitted.
-        Returns (chunk or None, "progress" | "idle" | "done")."""
-        if self._closed:
-            return None, "done"
-        torch.set_num_threads(WORKER_TORCH_THREADS)
-        started = time.perf_counter_ns()
-        if self._opening_ready and self._segments and self._next_word_free(self._segments[0]):
-            return self._take_chunk(), "progress"  # the text it waited for came in: sound first, encoding after
-        self._absorb_input()
-        while self._segments and self._segments[0].finished and self._cursor >= len(self._segments[0].frames):
-            self._finish_segment()
-        if not self._segments:
-            if self._input_done and not self._held_words:
-                return self._emit_tail(started), "done"
-            return None, "idle"
-        segment = self._segments[0]
-        if self._opening_hold_until_ns is not None and (started >= self._opening_hold_until_ns or segment.ready()):
-            chunk = self._emit(segment)  # the next word's text is in (or late): play what we have
-            self.times.compute_ns += time.perf_counter_ns() - started
-            return chunk, "progress"
-        if not segment.ready():
-            return None, "idle"
-        if self.mode == "s5" and self._in_opening():
-            return self._opening_unit(segment, started), "progress"
-        if self.mode == "s5":
-            small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not Pacer.paces(self._text_interval_ns())
-            steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_UNIT_STEPS) if small else S5_STEPS_PER_UNIT
-            completed = segment.step(max_frames=steps, stop_at_word=True)
-            emit = bool(completed) or segment.finished or small
-        else:
-            completed = segment.step(max_frames=self.emit_every - (len(segment.frames) - self._cursor))
-            emit = len(segment.frames) - self._cursor >= self.emit_every or segment.finished
-        self._count(segment, completed)
-        chunk = self._emit(segment) if emit else None
-        self.times.compute_ns += time.perf_counter_ns() - started
-        return chunk, "progress"
-
-    def _count(self, segment: UtteranceSynthesizer, completed: list) -> None:
-        self.times.capped_words += sum(c.capped for c in completed)
-        self.times.words += len(completed)
-        self._words_done += [c.word for c in completed]
-        if self.times.first_codec_frame_ns is None and segment.frames:
-            self.times.first_codec_frame_ns = time.perf_counter_ns()
-
-    def _in_opening(self) -> bool:
-        """s5, LLM-speed text, no sound has left yet: the opening word is rendered as it is decoded, and its sound
-        leaves as soon as nothing can make it wait (slow text: the pacer decides how the opening plays)."""
-        return not self._emitted_s and not Pacer.paces(self._text_interval_ns())
-
-    def _opening_unit(self, segment: UtteranceSynthesizer, started: int) -> AudioChunk | None:
-        """Decode a step (the first unit: the steps before the first sound can be rendered), render at once, and
-        let the sound go when the word after the opening one may follow at once (its text is in, or the text
-        ended) or the opening word is long (`SHORT_OPENING_S`); a short opening word whose successor waits for
-        text is held until that text is in, at most `MAX_OPENING_HOLD_S`. Once the sound is ready, the units
-        that wait for that text decode a step each without rendering, so that `_work` lets it go within a step of
-        the text's arrival."""
-        decoded, stepping = len(segment.frames), time.perf_counter_ns()  # after this unit's encoding of new words
-        completed = segment.step(max_frames=max(1, self.opening_first_render - len(segment.frames)), stop_at_word=True)
-        stepped = time.perf_counter_ns()
-        self._count(segment, completed)
-        if not self._opening_ready:
-            self._render(segment)
-            # the first chunk must last while the next is made (a step and a render, at this moment's speed: an LLM
-            # on the same cores can make both several times slower)
-            step_ns = (stepped - stepping) / max(1, len(segment.frames) - decoded)
-            next_unit_s = (step_ns + time.perf_counter_ns() - stepped) / 1e9
-            sound_s = sum(len(a) for a in self._unsent) / self.sample_rate
-            self._opening_ready = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_unit_s or segment.finished)
-        emit = self._opening_ready and (segment.finished or self._next_word_free(segment)
-                                        or self._unrendered_s(segment) >= SHORT_OPENING_S)
-        if self._opening_ready and segment.current > 1 and not emit and self._opening_hold_until_ns is None:
-            self._opening_hold_until_ns = time.perf_counter_ns() + round(MAX_OPENING_HOLD_S * 1e9)
-        # what is rendered leaves now; frames decoded since wait for the next unit's render (a finished segment
-        # has no next unit)
-        chunk = (self._emit(segment) if segment.finished else self._take_chunk()) if emit else None
-        self.times.compute_ns += time.perf_counter_ns() - started
-        return chunk
-
-    def _next_word_free(self, segment: UtteranceSynthesizer) -> bool:
-        """Has the text the second word needs arrived (or ended)? Words that came in while the unit ran count, not
-        encoded here (that would delay this chunk)."""
-        with self._lock:
-            arrived, ended = len(self._pending), self._ended
-        return ended or segment.ended or len(segment.words) + arrived >= 2 + self.k
-
-    def _unrendered_s(self, segment: UtteranceSynthesizer) -> float:
-        """Seconds of frames decoded and not yet sent (rendered into `_unsent` or not)."""
-        return (len(segment.frames) - self._cursor + self._unsent_frames) / self.bundle.codec.frame_rate
-
-    def _emit(self, segment: UtteranceSynthesizer) -> AudioChunk | None:
-        self._render(segment)
-        return self._take_chunk()
-
-    def _render(self, segment: UtteranceSynthesizer) -> None:
-        """The frames decoded since the last render -> audio, kept in `_unsent` until `_take_chunk`."""
-        new = segment.frames[self._cursor :]
-        if not new:
-            return
-        self._cursor = len(segment.frames)
-        self.times.frames += len(new)
-        codes = torch.stack(new, dim=1)
-        if self._pacer is None:
-            audio = self._codec_stream.push(codes)
-        else:
-            now, seconds = time.perf_counter_ns(), len(new) / self.bundle.codec.frame_rate
-            first = self._pacer.play_end_ns is None
-            interval = self._text_interval_ns()
-            stretch = self._pacer.stretch(now, seconds, self._text_wait_ns(segment, now, interval))
-            audio = self._codec_stream.push(codes, stretch)
-            self.times.paced_s += seconds * (stretch - 1)
-            if first and not self._ended:
-                hold = Pacer.prebuffer_ns(self._word_interval_ns(), self._token_interval_ns())
-                self._play_after_ns = now + hold if hold else None
-                self.times.prebuffer_ms = hold / 1e6
-        self._unsent.append(self._leading_silence(audio))
-        self._unsent_codes.append(codes)
-        self._unsent_frames += len(new)
-
-    def _take_chunk(self) -> AudioChunk | None:
-        """Everything rendered and not yet sent, as one chunk (None: nothing audible was rendered since)."""
-        if self._opening_hold_until_ns is not None:
-            held_since = self._opening_hold_until_ns - round(MAX_OPENING_HOLD_S * 1e9)
-            self.times.opening_hold_ms = (time.perf_counter_ns() - held_since) / 1e6
-            self._opening_hold_until_ns = None
-        if not any(len(a) for a in self._unsent):  # nothing audible yet: the frames go with the first sound
-            return None
-        audio = np.concatenate(self._unsent) if len(self._unsent) > 1 else self._unsent[0]
-        codes = torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None
-        frames = self._unsent_frames
-        self._unsent, self._unsent_codes, self._unsent_frames = [], [], 0
-        play_after = None
-        if self._play_after_ns is not None:  # on the first chunk (every chunk has samples)
-            play_after, self._play_after_ns = self._play_after_ns, None
-        self._emitted_s += len(audio) / self.sample_rate
-        self._opening_ready = False
-        words, self._words_done = tuple(self._words_done), []
-        return AudioChunk(audio, self.sample_rate, time.perf_counter_ns(), frames, codes=codes, play_after_ns=play_after,
-                          words=words)
-
-    def _text_wait_ns(self, segment: UtteranceSynthesizer, now_ns: int, interval_ns: int | None) -> int | None:
-        """s5: how long until the words the next word needs will have arrived, guessed from the recent word
-        interval (None: the next word may be generated at once, or the text is too fast to pace)."""
-        if self._ended or segment.ready() or not Pacer.paces(interval_ns):  # an LLM-speed stream keeps ahead
-            return None
-        with self._lock:
-            missing = segment.current + self.k - len(segment.words) - len(self._pending)
-            last = self.times.word_arrivals_ns[-1]
-        return max(0, round(last + missing * interval_ns - now_ns)) if missing > 0 else None
-
-    def _text_interval_ns(self) -> int | None:
-        """The text's pace (`Pacer.pace_interval_ns`): the recent time between words, or `SLOW_WORD_TOKENS` times
-        the recent time between tokens where that is longer (None before two words arrived)."""
-        return Pacer.pace_interval_ns(self._word_interval_ns(), self._token_interval_ns())
-
-    def _word_interval_ns(self) -> int | None:
-        """The recent time between words (None before two words arrived)."""
-        with self._lock:
-            return mean_interval_ns(self.times.word_arrivals_ns[-5:])
-
-    def _token_interval_ns(self) -> int | None:
-        """The recent time between the LLM's tokens (None unless the caller notes them)."""
-        with self._lock:
-            return mean_interval_ns(list(self._token_arrivals_ns))
-
-    def _finish_segment(self) -> None:
-        self._segments.popleft()
-        self._cursor = 0
-
-    def _emit_tail(self, started: int) -> AudioChunk:
-        tail = self._leading_silence(self._codec_stream.flush()) if self._codec_stream is not None else np.zeros(0, np.float32)
-        self._unsent.append(tail)
-        # nothing audible left (or in the whole utterance): the frames not yet sent still go out, with no sound
-        chunk = self._take_chunk() or AudioChunk(
-            tail, self.sample_rate, time.perf_counter_ns(), self._unsent_frames, words=tuple(self._words_done),
-            codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None)
-        chunk.final = True
-        self.times.compute_ns += time.perf_counter_ns() - started
-        return chunk

@@ -80,6 +80,16 @@ def _codec_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _codec_campaign(args: argparse.Namespace) -> int:
+    from tts.training.vocoder_campaign import load_campaign_config, run_campaign
+
+    config = load_campaign_config(args.config)
+    result = run_campaign(config, args.minutes, log=lambda line: err.print(line, highlight=False))
+    err.print(f"campaign at step {result['steps']} ({result['minutes']} minutes this session); curve in "
+              f"{config.checkpoint_dir}/progress.jsonl")
+    return 0
+
+
 def _codec_vocoder(args: argparse.Namespace) -> int:
     import torch
 
@@ -249,3 +259,8 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
     vocoder.add_argument("--adv-weight", type=float, default=0.1, help="the hinge loss's weight (the mel L1's is 1)")
     vocoder.add_argument("--fm-weight", type=float, default=0.1, help="feature matching's weight")
     vocoder.set_defaults(func=_codec_vocoder)
+    campaign = codec_kinds.add_parser("campaign", help="start or resume the adversarial vocoder campaign (a recipe "
+                                      "file; weights and its curve committed under its checkpoint_dir)")
+    campaign.add_argument("--config", type=Path, default=CONFIGS / "vocoder_gan.yaml")
+    campaign.add_argument("--minutes", type=float, default=60.0, help="this session's share of the campaign")
+    campaign.set_defaults(func=_codec_campaign)

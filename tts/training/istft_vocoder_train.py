@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ class IstftTrainConfig:
     lr: float = 5e-4
     utterances: int = 800
     phase_weight: float = 1.0
+    amp_weight: float = 1.0  # log-magnitude L1 at the vocoder's own STFT (against the recordings: a phase-free target)
     teacher: str = "universal"  # the vocoder whose audio is the target (cached beside the corpus); "" for the recordings
     init_from: str = ""  # a saved iSTFT vocoder (folder) to continue from, with a fresh optimizer (a new session)
     adversarial: bool = False  # add discriminators (`discriminators.py`) that judge its audio
@@ -130,7 +132,8 @@ def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wid
            "amp": F.l1_loss(log_mag[:, C:], torch.log(spec.abs().clamp(min=1e-5))),
            "stft": stft_loss(y, target),
            **phase_losses(phase[:, C:], torch.angle(spec))}
-    out["total"] = out["mel"] + out["amp"] + out["stft"] + config.phase_weight * (out["ip"] + out["gd"] + out["iaf"])
+    out["total"] = (out["mel"] + config.amp_weight * out["amp"] + out["stft"]
+                    + config.phase_weight * (out["ip"] + out["gd"] + out["iaf"]))
     out["audio"] = y
     return out
 
@@ -138,7 +141,7 @@ def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wid
 class AdversarialLosses:
     """The regression losses plus the discriminators' judgement, as one batch_losses for `train_for_minutes`: each
     call first steps the discriminators on the batch (`disc_real` real, the generator's audio fake), then returns
-    the generator's losses. The first `disc_warmup_steps` calls of a run (a resumed one too) leave the generator's
+    the generator's losses. The first `disc_warmup_steps` calls of a run with fresh discriminators leave the generator's
     losses as they are, so a discriminator that has not learned yet does not push it at random."""
 
     def __init__(self, generator: IstftGenerator, pairs, config: IstftTrainConfig, rng: np.random.Generator):
@@ -172,21 +175,33 @@ class AdversarialLosses:
 
 
 def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: IstftVocoderConfig,
-                        config: IstftTrainConfig, progress=None) -> dict:
-    """Train for `config.minutes` (`train_for_minutes`: resumes from `out`, saves there)."""
+                        config: IstftTrainConfig, progress=None, *, start: dict | None = None,
+                        on_step: Callable[[int, IstftGenerator, "AdversarialLosses | None"], None] | None = None,
+                        constant_lr: bool = False) -> dict:
+    """Train for `config.minutes` (`train_for_minutes`: resumes from `out`, saves there). `start`: weights to
+    begin from where `out` holds no train_state.pt ({"step", "generator", "discriminators"} state dicts: a campaign's
+    committed snapshot); `on_step(step, generator, adversarial)` after every step."""
     torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(config.seed + (start or {}).get("step", 0))  # a resumed run draws new batches
     generator = IstftGenerator(model_config)
-    if config.init_from and not (out / "train_state.pt").exists():  # a resumable run in `out` wins
+    resumable = (out / "train_state.pt").exists()
+    if start and not resumable:
+        generator.load_state_dict(start["generator"])
+    elif config.init_from and not resumable:  # a resumable run in `out` wins
         source = Vocoder.load(config.init_from).generator  # float32 (load_vocoder would halve the blocks)
         if not isinstance(source, IstftGenerator) or source.config != model_config:
             raise UserError(f"{config.init_from} is not an iSTFT vocoder of this shape")
         generator.load_state_dict(source.state_dict())
     optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
     pairs = training_pairs(corpus, codec, config, progress)
+    adversarial = None
     if config.adversarial:
-        batch_losses = AdversarialLosses(generator, pairs, config, rng)
+        batch_losses = adversarial = AdversarialLosses(generator, pairs, config, rng)
         extra_state = batch_losses.state()
+        if start and start.get("discriminators") and not resumable:
+            adversarial.discriminators.load_state_dict(start["discriminators"])
+        if resumable or (start and start.get("discriminators")):
+            adversarial.calls = config.disc_warmup_steps  # judges that have learned need no warm-up
     else:
         def batch_losses() -> dict[str, torch.Tensor]:
             out = losses(generator, *batch(pairs, config, rng)[:3], config)
@@ -195,5 +210,7 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
         extra_state = {}
     log = train_for_minutes(generator, optimizer, batch_losses, out, minutes=config.minutes, lr=config.lr, clip_norm=1.0,
                             state_key="generator", label="iSTFT vocoder", warmup_steps=200, extra_state=extra_state,
-                            progress=progress)
+                            progress=progress, start_step=0 if resumable else (start or {}).get("step", 0),
+                            constant_lr=constant_lr,
+                            on_step=(lambda step: on_step(step, generator, adversarial)) if on_step else None)
     return {**log, "config": asdict(config)}

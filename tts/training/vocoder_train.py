@@ -12,6 +12,7 @@ import json
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -119,15 +120,19 @@ def segments(mels: list[np.ndarray], count: int, length: int, rng: np.random.Gen
 
 def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch_losses, out: Path, *,
                       minutes: float, lr: float, clip_norm: float, state_key: str, label: str, warmup_steps: int = 0,
-                      extra_state: dict | None = None, progress=None) -> dict:
+                      extra_state: dict | None = None, progress=None, start_step: int = 0, constant_lr: bool = False,
+                      on_step: Callable[[int], None] | None = None) -> dict:
     """The vocoders' training loop: resume from out/train_state.pt if it is there, then step for `minutes` of wall
     time (AdamW's rate on a cosine over that budget, after `warmup_steps` counted over the whole run), writing
     out/train_log.jsonl every 10 steps and the fp16 weights (`Vocoder.save`) and train_state.pt (with optimizer
     state, to resume; not for git) every 5 minutes and at the end. batch_losses() -> named losses of one batch,
     `total` minimised. `extra_state`: more modules and optimizers (a discriminator's) saved and resumed with it, by
-    name; batch_losses steps those itself. Returns the step count and the minutes taken."""
+    name; batch_losses steps those itself. `start_step`: where a run resumed from saved weights (not from
+    train_state.pt) counts from; `constant_lr`: no cosine (a campaign over many sessions keeps its rate); `on_step`
+    is called after every step (a campaign validates and snapshots from it). Returns the step count and the minutes
+    taken."""
     extra_state = extra_state or {}
-    state_path, step = out / "train_state.pt", 0
+    state_path, step = out / "train_state.pt", start_step
     if state_path.exists():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
         model.load_state_dict(state[state_key])
@@ -150,7 +155,8 @@ def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     while (elapsed := time.monotonic() - started) < deadline_s:
         warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
         for group in optimizer.param_groups:
-            group["lr"] = lr * warm * 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+            decay = 1.0 if constant_lr else 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+            group["lr"] = lr * warm * decay
         losses = batch_losses()
         optimizer.zero_grad()
         losses["total"].backward()
@@ -164,6 +170,8 @@ def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
         if time.monotonic() - last_save > 300:
             save()
             last_save = time.monotonic()
+        if on_step is not None:
+            on_step(step)
         if progress:
             progress.update(task, completed=min(elapsed, deadline_s))
     model.eval()

@@ -1,0 +1,85 @@
+"""The engine's schedule without a thread or an event loop: words into its inbox, `work()` called until done.
+Synthesis units: where a reply is cut, and that each unit runs with fresh state."""
+import torch
+
+from tts.inference.schedule import (
+    CLAUSE_UNIT_WORDS,
+    MAX_UNIT_WORDS,
+    Inbox,
+    StreamSchedule,
+    UtteranceTimes,
+    ends_unit,
+    split_units,
+)
+from tts.inference.synthesis import SynthesisConfig
+
+LONG_SENTENCE = ("When the weather turns cold the pump runs backwards, pulling warmth out of the outdoor air, "
+                 "which still holds some heat even below freezing, and pushing it into the house through the "
+                 "same coils that cool it in summer.").split()
+
+
+def test_units_end_at_sentences_and_at_clauses_of_long_sentences():
+    assert ends_unit(1, "Sure!") and ends_unit(3, "today?") and ends_unit(2, 'said."')
+    assert not ends_unit(3, "there,") and ends_unit(CLAUSE_UNIT_WORDS, "there,")
+    assert ends_unit(MAX_UNIT_WORDS, "and") and not ends_unit(MAX_UNIT_WORDS - 1, "and")
+    assert split_units("Hi! How are you? Fine.".split()) == [["Hi!"], ["How", "are", "you?"], ["Fine."]]
+    units = split_units(LONG_SENTENCE)
+    assert [w for u in units for w in u] == LONG_SENTENCE  # nothing lost, nothing repeated
+    assert len(units) == 2 and units[0][-1] == "air," and all(len(u) <= MAX_UNIT_WORDS for u in units)
+    assert split_units(["word"] * 70) == [["word"] * 30, ["word"] * 30, ["word"] * 10]
+    assert split_units([]) == []
+
+
+def drive(schedule: StreamSchedule, limit: int = 10_000) -> list:
+    """Call work() until the schedule is done or idle; the chunks it sent."""
+    chunks = []
+    for _ in range(limit):
+        chunk, state = schedule.work()
+        if chunk is not None:
+            chunks.append(chunk)
+        if state in ("done", "idle"):
+            return chunks
+    raise AssertionError("the schedule never finished")
+
+
+def schedule_for(bundle, mode: str, words: list[str], end: bool = True) -> StreamSchedule:
+    inbox = Inbox(UtteranceTimes())
+    schedule = StreamSchedule(bundle, mode, SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
+    for word in words:
+        inbox.put_word(word)
+    if end:
+        inbox.end()
+    return schedule
+
+
+def test_each_unit_starts_with_fresh_state_and_modes_cut_the_same_units(tiny_bundle):
+    """A reply of several sentences, one long: s5 (all words in, then the end) and t5 open the same units, each a new
+    synthesizer with its own decoder; both speak every word once, in order, with the same codes."""
+    bundle = tiny_bundle(2)
+    words = "Sure thing! ".split() + LONG_SENTENCE + "That is all.".split()
+    s5 = schedule_for(bundle, "s5", words)
+    s5.work()  # takes the words: every unit is opened at once
+    opened = s5.units
+    assert [u.words for u in opened] == [u for u in split_units(words)]
+    assert len({id(u.decoder) for u in opened}) == len(opened)  # a fresh decoder (caches, alignment) per unit
+    assert all(u.ended for u in opened) and all(u.current == 1 for u in opened[1:])
+    s5_chunks = drive(s5)
+    t5_chunks = drive(schedule_for(tiny_bundle(2), "t5", words))
+    assert [w for c in s5_chunks for w in c.words] == words
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (s5_chunks, t5_chunks)]
+    assert torch.equal(*codes)
+    assert s5.units == []  # every unit sent and dropped
+
+
+def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_bundle):
+    """"Sure!" then nothing yet: the unit is complete, so its word is decoded and voiced although k = 2 words of
+    lookahead never came; the next sentence waits for its own k + 1 words."""
+    bundle = tiny_bundle(2)
+    schedule = schedule_for(bundle, "s5", ["Sure!", "The", "pump"], end=False)
+    chunks = drive(schedule)
+    assert [w for c in chunks for w in c.words] == ["Sure!"]
+    assert sum(c.frames for c in chunks) > 0
+    assert [u.words for u in schedule.units] == [["The", "pump"]] and not schedule.units[0].ready()
+    schedule.inbox.put_word("moves")
+    schedule.work()
+    assert schedule.units[0].ready()  # word 1 of the new unit has its k = 2 lookahead words

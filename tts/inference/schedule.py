@@ -1,0 +1,566 @@
+"""The streaming engine's schedule: one per utterance, synchronous, no thread and no event loop of its own.
+
+State in, unit out: the driver (`tts/inference/streaming.py`) puts words into the `Inbox` as they arrive and calls
+`StreamSchedule.work()` on its worker thread. Each call decides, for the mode, what the model does next
+(encode the words that came in, decode a few frames of the front synthesis unit, voice what may leave), does it,
+and returns the chunk that may be played now, if any, with "progress", "idle" (nothing to do until more text
+arrives) or "done". Tests drive it directly, without threads (`tests/tts/inference/test_schedule.py`).
+
+Synthesis units: a reply is spoken as a run of units, each a fresh `UtteranceSynthesizer` (its own decoder caches,
+alignment and lookahead window) over one sentence, or a long clause of a long sentence (`ends_unit`). The model
+was trained on single sentences; one decoder context over a 170-word reply lost its alignment after about 15 s
+and babbled. A unit ends at its last word without waiting for lookahead past it, and the next starts as soon as
+its own k + 1 words are in; units share the codec stream, so the seam is the codec's own continuity (no click) and
+the pause between is the one the model speaks at a sentence's end and start. Every mode cuts the same units: `t5`
+waits for the whole reply, then speaks it unit by unit with full context per unit.
+
+Modes:
+- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes (the
+  words right after the opening one a few frames at a time: see the end of this docstring).
+- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps. The paper emits every 30
+  steps at 86 frames/s (S5's average frames per word there); by default we emit its time equivalent, 0.35 s of
+  frames (8 at 21.5 frames/s), so the comparison stays fair at our frame rate.
+- `sentence`: the full-context model per sentence, as most voice pipelines run TTS: a sentence starts once its
+  last word has arrived; emission as in `t5`.
+The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
+`t5` mode is "offline S5" (all words known before decoding), which is how streaming and offline S5 are compared.
+
+Pacing (s5): when the text arrives slower than the voice speaks (a slow LLM), the engine would finish a word, then
+wait for the next words while the player runs dry. `Pacer` renders such words up to `max_stretch` times slower
+at the same pitch so the audio lasts until the text catches up, and asks the player to hold the first chunk back
+a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
+not drain it. Pacing applies while words come slower than 5 per second, or, where the caller notes the LLM's
+tokens (`note_token`: the agent does), while 4.5 tokens take longer than that (slower than about 22 tokens/s):
+there one word of many tokens ("$738.67," is seven; a run of markdown) outlasts what is buffered, so the first
+chunk is held eight tokens' time. A fast LLM stream (25-30 tokens/s) is never stretched or held.
+
+The opening (s5, LLM-speed text), where the floor is: from word k+1's arrival to the first sound. The opening
+word is rendered as it is decoded, from the `OPENING_FRAMES_PAST_HOLDBACK`-th step after what the codec holds back
+(`held_back_frames`: its decoder's and vocoder's right context; the first frame is mostly the voice's leading
+silence), and its sound leaves before the word
+is complete once the word after it may follow at once (its lookahead text is in, or the text ended). The leading
+silence is dropped (`LeadingSilence`): the first sound is the first audible 10 ms. A short opening word whose
+successor still waits for text (the many tokens of "$738.67,") is held until that text is in (at most
+`MAX_OPENING_HOLD_S`), or the player would run dry after it; the unit after that text arrives sends the sound
+first and encodes the text after (`work`). After the first sound, frames leave after every step
+until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_UNIT_STEPS` steps until `SMALL_UNITS_UNTIL_S`, so
+that the short first chunks last until the next is rendered. Smaller units cost more per frame, so only there, and
+not for slow text (the pacer has it in hand). When a chunk leaves now depends on timing (the text's arrival, the
+machine's speed), and where chunks are cut changes the audio by rounding alone: the mel codec and its vocoder
+stream exactly, and the leading silence is found on the joined stream. (About 1e-7 through float32; the shipped
+vocoder's bfloat16 blocks round that to at most ~1.5e-3, -56 dBFS, measured 2026-12-02: noise, not a join.)
+
+A code block the voice skips (`push_break`, `SEGMENT_BREAK` in a word stream) ends the words before it as a
+whole text, so they do not wait for lookahead words from after the block; the words after it start a new unit.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from audio_io.levels import AUDIBLE_DBFS, WINDOW_S, audible_onset
+from tts.codec.base import held_back_frames
+from tts.inference.synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, VoicePrompt
+
+MODES = ("s5", "t5", "sentence")
+SEGMENT_BREAK = "\u2029"  # in a word stream: the text pauses here (`push_break`), e.g. where a skipped code block opens
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+CLAUSE_END = re.compile(r"[,;:\u2014\u2013][\"')\]]*$")
+CLAUSE_UNIT_WORDS = 16  # a sentence this long is cut at its next clause end (comma, semicolon, colon, dash)...
+MAX_UNIT_WORDS = 30  # ...and any run of this many words without one (the longest training sentences have 30)
+
+
+def ends_unit(words_in_unit: int, word: str) -> bool:
+    """Does a synthesis unit end after `word`, its `words_in_unit`-th word? At a sentence end; at a clause end
+    once the unit is long; at `MAX_UNIT_WORDS` whatever the word."""
+    return (bool(SENTENCE_END.search(word)) or words_in_unit >= MAX_UNIT_WORDS
+            or (words_in_unit >= CLAUSE_UNIT_WORDS and bool(CLAUSE_END.search(word))))
+
+
+def split_units(words: list[str]) -> list[list[str]]:
+    """Words known in advance (full context) -> the same units `ends_unit` cuts from a stream."""
+    units: list[list[str]] = [[]]
+    for word in words:
+        units[-1].append(word)
+        if ends_unit(len(units[-1]), word):
+            units.append([])
+    return [u for u in units if u]
+
+
+DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
+SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
+SLOW_WORD_TOKENS = 4.5  # a slow LLM's text is paced as if every word took this many tokens: one word of many tokens
+# (a price, a time, a run of markup) then finds speech buffered (measured: 3-4 gaps of 70-370 ms per reply at 10 and
+# 15 tokens/s, 2026-12-02, when only words were timed)
+PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words...
+PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
+MAX_PREBUFFER_S = 1.0
+PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
+S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
+SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
+MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
+SMALL_UNITS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
+SMALL_UNIT_STEPS = 3  # ...every this many decoder steps
+SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave after every step: the first chunk
+# (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
+OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
+# codec holds back (the first frame is mostly the voice's leading silence), then after every step
+OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
+WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
+# worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
+FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
+
+
+
+
+def mean_interval_ns(times_ns: list[int]) -> int | None:
+    """The mean time between successive stamps (None for fewer than two)."""
+    return round((times_ns[-1] - times_ns[0]) / (len(times_ns) - 1)) if len(times_ns) >= 2 else None
+
+
+def default_emit_every(frame_rate: float) -> int:
+    """Decoder steps per T5 chunk: the paper's 30 steps at 86 frames/s, as time (8 steps at 21.5 frames/s)."""
+    return max(1, round(PAPER_EMIT_SECONDS * frame_rate))
+
+
+@dataclass
+class AudioChunk:
+    samples: np.ndarray  # float32 mono
+    sample_rate: int
+    created_ns: int  # time.perf_counter_ns() when the chunk became playable
+    frames: int  # codec frames it carries (0 for the final crossfade tail)
+    final: bool = False
+    codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
+    play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
+    words: tuple[str, ...] = ()  # the words completed since the previous chunk (to trace a gap to its text)
+
+
+@dataclass
+class UtteranceTimes:
+    """Monotonic perf_counter_ns stamps of one utterance; the latency records and benchmarks read them."""
+    word_arrivals_ns: list[int] = field(default_factory=list)
+    end_ns: int | None = None
+    start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
+    first_codec_frame_ns: int | None = None
+    first_chunk_ns: int | None = None
+    compute_ns: int = 0  # worker time spent decoding and rendering
+    frames: int = 0
+    paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
+    prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
+    opening_hold_ms: float = 0.0  # how long a short opening word waited for the next word's text
+    words: int = 0
+    capped_words: int = 0
+
+
+class Pacer:
+    """Per utterance: keeps a virtual player's clock (when the audio emitted so far will have played out) and
+    picks a stretch for each new chunk so that it lasts until the engine can emit again."""
+
+    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
+        self.max_stretch = max(1.0, max_stretch)
+        self.margin_ns = round(margin_s * 1e9)  # reserve: the next word's compute, jitter, a short word next
+        self.play_end_ns: int | None = None
+
+    @staticmethod
+    def paces(text_interval_ns: int | None) -> bool:
+        """Is text arriving one word every text_interval_ns slow enough to pace (slower than 5 words/s)?"""
+        return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
+
+    @staticmethod
+    def pace_interval_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int | None:
+        """The text's pace per word: the time between words, or `SLOW_WORD_TOKENS` tokens' time where longer."""
+        if word_interval_ns is None or not token_interval_ns:
+            return word_interval_ns
+        return max(word_interval_ns, SLOW_WORD_TOKENS * token_interval_ns)
+
+    @staticmethod
+    def prebuffer_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int:
+        """How long the player should hold the first chunk for paced text: three words' time, or
+        `PREBUFFER_TOKENS` of a slow LLM's tokens where that is longer."""
+        if not Pacer.paces(Pacer.pace_interval_ns(word_interval_ns, token_interval_ns)):
+            return 0
+        hold = max(PREBUFFER_WORDS * word_interval_ns, PREBUFFER_TOKENS * (token_interval_ns or 0))
+        return round(min(MAX_PREBUFFER_S * 1e9, hold))
+
+    def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
+        """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
+        arrive (None: it can go on at once). Returns the factor (1 .. max_stretch) to render the chunk with."""
+        buffered_ns = max(0, self.play_end_ns - now_ns) if self.play_end_ns is not None else 0
+        factor = 1.0
+        if wait_ns is not None and chunk_s > 0:
+            needed_s = (wait_ns + self.margin_ns - buffered_ns) / 1e9
+            factor = min(self.max_stretch, max(1.0, needed_s / chunk_s))
+        self.play_end_ns = max(self.play_end_ns or now_ns, now_ns) + round(chunk_s * factor * 1e9)
+        return factor
+
+
+class LeadingSilence:
+    """Per utterance: drops the silence a reply starts with (the voice's first frame is mostly quiet: 20-50 ms the
+    listener would wait for). The sound starts at the first 10 ms window that is audible (1 dB above the players'
+    threshold, wherever it starts), its first millisecond faded in so that nothing clicks."""
+
+    def __init__(self, sample_rate: int):
+        self.sample_rate = sample_rate
+        self.window = round(WINDOW_S * sample_rate)
+        self.fade = round(FADE_IN_S * sample_rate)
+        self.held = np.zeros(0, np.float32)
+        self.done = False
+
+    def __call__(self, audio: np.ndarray) -> np.ndarray:
+        if self.done:
+            return audio
+        held = np.concatenate([self.held, audio])
+        onset = audible_onset(held, self.sample_rate, AUDIBLE_DBFS + 1.0)
+        if onset is None:  # all quiet so far: keep what a window starting here would need
+            self.held = held[max(0, len(held) - self.window + 1) :]
+            return np.zeros(0, np.float32)
+        self.done, self.held = True, np.zeros(0, np.float32)
+        out = held[onset:].copy()
+        out[: self.fade] *= np.linspace(0.0, 1.0, self.fade, endpoint=False, dtype=np.float32)[: len(out)]
+        return out
+
+
+class Inbox:
+    """The words and token stamps the driver received and the schedule has not taken yet. Thread-safe: the driver
+    writes from the event loop, the schedule reads on its worker."""
+
+    def __init__(self, times: UtteranceTimes, clock: Callable[[], int] = time.perf_counter_ns):
+        self.times = times
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._words: deque[str] = deque()
+        self._token_arrivals_ns: deque[int] = deque(maxlen=8)  # the LLM's last tokens, when the caller notes them
+        self.ended = False
+        self.closed = False  # cancelled: the schedule stops at its next unit
+
+    def put_word(self, word: str) -> int:
+        now = self.clock()
+        with self._lock:
+            self._words.append(word)
+            if word != SEGMENT_BREAK:
+                self.times.word_arrivals_ns.append(now)
+        return now
+
+    def put_token(self, t_ns: int) -> None:
+        with self._lock:
+            self._token_arrivals_ns.append(t_ns)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def take(self) -> tuple[list[str], bool]:
+        """Everything waiting, and whether the text has ended (read together)."""
+        with self._lock:
+            words = list(self._words)
+            self._words.clear()
+            return words, self.ended
+
+    def waiting(self) -> tuple[int, bool]:
+        """Words waiting (not taken yet), and whether the text has ended."""
+        with self._lock:
+            return len(self._words), self.ended
+
+    def clear(self) -> None:
+        with self._lock:
+            self._words.clear()
+
+    def last_arrival_ns(self) -> int:
+        with self._lock:
+            return self.times.word_arrivals_ns[-1]
+
+    def word_interval_ns(self) -> int | None:
+        """The recent time between words (None before two words arrived)."""
+        with self._lock:
+            return mean_interval_ns(self.times.word_arrivals_ns[-5:])
+
+    def token_interval_ns(self) -> int | None:
+        """The recent time between the LLM's tokens (None unless the caller notes them)."""
+        with self._lock:
+            return mean_interval_ns(list(self._token_arrivals_ns))
+
+
+class StreamSchedule:
+    """The worker side of one utterance: its synthesis units, what of them is decoded, rendered and sent, pacing and
+    the opening. `work()` runs one piece of work (a few decoder steps at most); nothing here blocks or waits."""
+
+    def __init__(self, bundle: TTSBundle, mode: str, config: SynthesisConfig, emit_every: int, inbox: Inbox,
+                 prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
+        self.bundle = bundle
+        self.mode = mode
+        self.config = config
+        self.emit_every = emit_every
+        self.inbox = inbox
+        self.times = inbox.times
+        self.clock = inbox.clock
+        self.prompt = prompt  # reference audio of the target voice, prefixed to every unit
+        self.k = bundle.model.config.lookahead_words
+        self.sample_rate = bundle.codec.sample_rate
+        # full-context modes: words wait here for the end of their unit (sentence) or of the text (t5)
+        self._held_words: list[str] = []
+        self._units: deque[UtteranceSynthesizer] = deque()  # synthesis units, run in order
+        self._opened = 0  # units opened so far (each gets its own reproducible seed)
+        self._unit_words = 0  # s5: words given to the unit still open
+        self._cursor = 0  # frames of the front unit already rendered
+        self._words_done: list[str] = []  # completed since the last chunk
+        self.input_done = False  # the end of the text has been taken
+        self._codec_stream = bundle.codec.streaming_decoder()
+        self.opening_first_render = held_back_frames(bundle.codec) + OPENING_FRAMES_PAST_HOLDBACK  # decoder steps
+        self._leading_silence = LeadingSilence(self.sample_rate)
+        stretchable = self._codec_stream.supports_stretch
+        self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
+        self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
+        self.hold_until_ns: int | None = None  # a short opening word waits for the next one until then
+        self.opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
+        self._emitted_s = 0.0  # audio sent so far
+        self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
+        self._unsent_codes: list[torch.Tensor] = []
+        self._unsent_frames = 0
+
+    def release(self) -> None:
+        """Drop every model state (the driver calls it once no unit runs)."""
+        self._units.clear()
+        self._held_words.clear()
+        self._codec_stream = None
+
+    @property
+    def released(self) -> bool:
+        return self._codec_stream is None and not self._units
+
+    @property
+    def units(self) -> list[UtteranceSynthesizer]:
+        """The synthesis units not yet fully sent, front first."""
+        return list(self._units)
+
+    def _new_unit(self, words: list[str]) -> None:
+        config = self.config
+        if config.seed is not None and self._opened:  # a different but reproducible seed per unit
+            config = SynthesisConfig(**{**vars(self.config), "seed": self.config.seed + self._opened})
+        self._opened += 1
+        unit = UtteranceSynthesizer(self.bundle, config, self.prompt)
+        unit.push_words(words)
+        if self.mode != "s5":
+            unit.end()
+        self._units.append(unit)
+
+    def _absorb_input(self) -> None:
+        words, ended = self.inbox.take()
+        if self.mode == "s5":
+            run: list[str] = []
+            for word in words + [SEGMENT_BREAK] * (ended and not self.input_done):  # the end: a last break
+                if word != SEGMENT_BREAK:
+                    run.append(word)
+                    self._unit_words += 1
+                    if not ends_unit(self._unit_words, word):
+                        continue
+                elif not run and (not self._units or self._units[-1].ended):
+                    continue  # a break with no unit open: nothing to end
+                unit = self._open_unit()
+                unit.push_words(run)  # arrived together: one encoder pass
+                run = []
+                if unit.words or ended or word != SEGMENT_BREAK:
+                    unit.end()  # the unit is complete: its last words need no lookahead past it
+                self._unit_words = 0
+            if run:
+                self._open_unit().push_words(run)
+        else:
+            for word in words:
+                if word == SEGMENT_BREAK:
+                    self._flush_held()
+                    continue
+                self._held_words.append(word)
+                if self.mode == "sentence" and ends_unit(len(self._held_words), word):
+                    self._flush_held()
+            if ended and not self.input_done:
+                self._flush_held()
+        self.input_done = ended
+
+    def _open_unit(self) -> UtteranceSynthesizer:
+        """s5: the unit words go to (a new one after a break)."""
+        if not self._units or self._units[-1].ended:
+            self._new_unit([])
+        return self._units[-1]
+
+    def _flush_held(self) -> None:
+        for unit in split_units(self._held_words):
+            self._new_unit(unit)
+        self._held_words = []
+
+    def work(self) -> tuple[AudioChunk | None, str]:
+        """One piece of work: absorb input, decode a few frames of the front synthesis unit, render what may be
+        emitted. Returns (chunk or None, "progress" | "idle" | "done")."""
+        if self.inbox.closed:
+            return None, "done"
+        started = self.clock()
+        if self.opening_ready and self._units and self._next_word_free(self._units[0]):
+            return self._take_chunk(), "progress"  # the text it waited for came in: sound first, encoding after
+        self._absorb_input()
+        while self._units and self._units[0].finished and self._cursor >= len(self._units[0].frames):
+            self._finish_unit()
+        if not self._units:
+            if self.input_done and not self._held_words:
+                return self._emit_tail(started), "done"
+            return None, "idle"
+        unit = self._units[0]
+        if self.hold_until_ns is not None and (started >= self.hold_until_ns or unit.ready()):
+            chunk = self._emit(unit)  # the next word's text is in (or late): play what we have
+            self.times.compute_ns += self.clock() - started
+            return chunk, "progress"
+        if not unit.ready():
+            return None, "idle"
+        if self.mode == "s5" and self._in_opening():
+            return self._opening_work(unit, started), "progress"
+        if self.mode == "s5":
+            small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not Pacer.paces(self._text_interval_ns())
+            steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_UNIT_STEPS) if small else S5_STEPS_PER_UNIT
+            completed = unit.step(max_frames=steps, stop_at_word=True)
+            emit = bool(completed) or unit.finished or small
+        else:
+            completed = unit.step(max_frames=self.emit_every - (len(unit.frames) - self._cursor))
+            emit = len(unit.frames) - self._cursor >= self.emit_every or unit.finished
+        self._count(unit, completed)
+        chunk = self._emit(unit) if emit else None
+        self.times.compute_ns += self.clock() - started
+        return chunk, "progress"
+
+    def _count(self, unit: UtteranceSynthesizer, completed: list) -> None:
+        self.times.capped_words += sum(c.capped for c in completed)
+        self.times.words += len(completed)
+        self._words_done += [c.word for c in completed]
+        if self.times.first_codec_frame_ns is None and unit.frames:
+            self.times.first_codec_frame_ns = self.clock()
+
+    def _in_opening(self) -> bool:
+        """s5, LLM-speed text, no sound has left yet: the opening word is rendered as it is decoded, and its sound
+        leaves as soon as nothing can make it wait (slow text: the pacer decides how the opening plays)."""
+        return not self._emitted_s and not Pacer.paces(self._text_interval_ns())
+
+    def _opening_work(self, unit: UtteranceSynthesizer, started: int) -> AudioChunk | None:
+        """Decode a step (the first call: the steps before the first sound can be rendered), render at once, and
+        let the sound go when the word after the opening one may follow at once (its text is in, or the text
+        ended) or the opening word is long (`SHORT_OPENING_S`); a short opening word whose successor waits for
+        text is held until that text is in, at most `MAX_OPENING_HOLD_S`. Once the sound is ready, the calls
+        that wait for that text decode a step each without rendering, so that `work` lets it go within a step of
+        the text's arrival."""
+        decoded, stepping = len(unit.frames), self.clock()  # after this call's encoding of new words
+        completed = unit.step(max_frames=max(1, self.opening_first_render - len(unit.frames)), stop_at_word=True)
+        stepped = self.clock()
+        self._count(unit, completed)
+        if not self.opening_ready:
+            self._render(unit)
+            # the first chunk must last while the next is made (a step and a render, at this moment's speed: an LLM
+            # on the same cores can make both several times slower)
+            step_ns = (stepped - stepping) / max(1, len(unit.frames) - decoded)
+            next_work_s = (step_ns + self.clock() - stepped) / 1e9
+            sound_s = sum(len(a) for a in self._unsent) / self.sample_rate
+            self.opening_ready = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_work_s or unit.finished)
+        emit = self.opening_ready and (unit.finished or self._next_word_free(unit)
+                                        or self._unrendered_s(unit) >= SHORT_OPENING_S)
+        if self.opening_ready and unit.current > 1 and not emit and self.hold_until_ns is None:
+            self.hold_until_ns = self.clock() + round(MAX_OPENING_HOLD_S * 1e9)
+        # what is rendered leaves now; frames decoded since wait for the next call's render (a finished unit
+        # has no next call)
+        chunk = (self._emit(unit) if unit.finished else self._take_chunk()) if emit else None
+        self.times.compute_ns += self.clock() - started
+        return chunk
+
+    def _next_word_free(self, unit: UtteranceSynthesizer) -> bool:
+        """Has the text the second word needs arrived (or ended)? Words that came in while the unit ran count, not
+        encoded here (that would delay this chunk)."""
+        arrived, ended = self.inbox.waiting()
+        return ended or unit.ended or len(unit.words) + arrived >= 2 + self.k
+
+    def _unrendered_s(self, unit: UtteranceSynthesizer) -> float:
+        """Seconds of frames decoded and not yet sent (rendered into `_unsent` or not)."""
+        return (len(unit.frames) - self._cursor + self._unsent_frames) / self.bundle.codec.frame_rate
+
+    def _emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None:
+        self._render(unit)
+        return self._take_chunk()
+
+    def _render(self, unit: UtteranceSynthesizer) -> None:
+        """The frames decoded since the last render -> audio, kept in `_unsent` until `_take_chunk`."""
+        new = unit.frames[self._cursor :]
+        if not new:
+            return
+        self._cursor = len(unit.frames)
+        self.times.frames += len(new)
+        codes = torch.stack(new, dim=1)
+        if self._pacer is None:
+            audio = self._codec_stream.push(codes)
+        else:
+            now, seconds = self.clock(), len(new) / self.bundle.codec.frame_rate
+            first = self._pacer.play_end_ns is None
+            interval = self._text_interval_ns()
+            stretch = self._pacer.stretch(now, seconds, self._text_wait_ns(unit, now, interval))
+            audio = self._codec_stream.push(codes, stretch)
+            self.times.paced_s += seconds * (stretch - 1)
+            if first and not self.inbox.ended:
+                hold = Pacer.prebuffer_ns(self._word_interval_ns(), self._token_interval_ns())
+                self._play_after_ns = now + hold if hold else None
+                self.times.prebuffer_ms = hold / 1e6
+        self._unsent.append(self._leading_silence(audio))
+        self._unsent_codes.append(codes)
+        self._unsent_frames += len(new)
+
+    def _take_chunk(self) -> AudioChunk | None:
+        """Everything rendered and not yet sent, as one chunk (None: nothing audible was rendered since)."""
+        if self.hold_until_ns is not None:
+            held_since = self.hold_until_ns - round(MAX_OPENING_HOLD_S * 1e9)
+            self.times.opening_hold_ms = (self.clock() - held_since) / 1e6
+            self.hold_until_ns = None
+        if not any(len(a) for a in self._unsent):  # nothing audible yet: the frames go with the first sound
+            return None
+        audio = np.concatenate(self._unsent) if len(self._unsent) > 1 else self._unsent[0]
+        codes = torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None
+        frames = self._unsent_frames
+        self._unsent, self._unsent_codes, self._unsent_frames = [], [], 0
+        play_after = None
+        if self._play_after_ns is not None:  # on the first chunk (every chunk has samples)
+            play_after, self._play_after_ns = self._play_after_ns, None
+        self._emitted_s += len(audio) / self.sample_rate
+        self.opening_ready = False
+        words, self._words_done = tuple(self._words_done), []
+        return AudioChunk(audio, self.sample_rate, self.clock(), frames, codes=codes, play_after_ns=play_after,
+                          words=words)
+
+    def _text_wait_ns(self, unit: UtteranceSynthesizer, now_ns: int, interval_ns: int | None) -> int | None:
+        """s5: how long until the words the next word needs will have arrived, guessed from the recent word
+        interval (None: the next word may be generated at once, or the text is too fast to pace)."""
+        if self.inbox.ended or unit.ready() or not Pacer.paces(interval_ns):  # an LLM-speed stream keeps ahead
+            return None
+        missing = unit.current + self.k - len(unit.words) - self.inbox.waiting()[0]
+        last = self.inbox.last_arrival_ns()
+        return max(0, round(last + missing * interval_ns - now_ns)) if missing > 0 else None
+
+    def _text_interval_ns(self) -> int | None:
+        """The text's pace (`Pacer.pace_interval_ns`): the recent time between words, or `SLOW_WORD_TOKENS` times
+        the recent time between tokens where that is longer (None before two words arrived)."""
+        return Pacer.pace_interval_ns(self._word_interval_ns(), self._token_interval_ns())
+
+    def _word_interval_ns(self) -> int | None:
+        return self.inbox.word_interval_ns()
+
+    def _token_interval_ns(self) -> int | None:
+        return self.inbox.token_interval_ns()
+
+    def _finish_unit(self) -> None:
+        self._units.popleft()
+        self._cursor = 0
+
+    def _emit_tail(self, started: int) -> AudioChunk:
+        tail = self._leading_silence(self._codec_stream.flush()) if self._codec_stream is not None else np.zeros(0, np.float32)
+        self._unsent.append(tail)
+        # nothing audible left (or in the whole utterance): the frames not yet sent still go out, with no sound
+        chunk = self._take_chunk() or AudioChunk(
+            tail, self.sample_rate, self.clock(), self._unsent_frames, words=tuple(self._words_done),
+            codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None)
+        chunk.final = True
+        self.times.compute_ns += self.clock() - started
+        return chunk
