@@ -132,8 +132,8 @@ def _serve(args: argparse.Namespace) -> int:
         from llm.ollama_backend import OllamaLLM
 
         llm_factory = lambda: OllamaLLM(args.ollama_model, args.ollama_host or DEFAULT_HOST)  # noqa: E731
-    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout),
-                     llm_factory)
+    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
+                                          batch_decode=not args.no_batch), llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
     try:
         web.run_app(app, host=args.host, port=args.port, print=None)
@@ -157,7 +157,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     sentences = load_sentences(args.sentences)[: args.limit]
     with progress_bar() as progress:
-        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"]), sentences, counts, args.model, progress))
+        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"]), sentences, counts, args.model, progress,
+                                         batch_decode=not args.no_batch))
     if args.json:
         print(json.dumps(result))
     else:
@@ -246,7 +247,9 @@ def _say(args: argparse.Namespace) -> int:
     words = normalize_text(args.text)
     if not words:
         raise UserError("nothing to say: the text has no speakable words")
-    bundle = load_bundle(args.mode, args.model)
+    if args.vocoder and not args.out:
+        raise UserError("--vocoder goes with --out: the live voice keeps the vocoder that streams in real time")
+    bundle = load_bundle(args.mode, args.model, vocoder=args.vocoder)
     prompt = None
     if args.prompt_wav:
         from audio_io.wav import read_wav, resample
@@ -303,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
     serve.add_argument("--max-sessions", type=int, default=4, help="requests and conversations at once; more get a 503")
     serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
+    serve.add_argument("--no-batch", action="store_true",
+                       help="each session steps its own decoder (default: all sessions' steps in one batched pass)")
     serve.add_argument("--llm", choices=["embedded", "ollama", "none"], default="embedded",
                        help="the LLM of /ws conversations (none: speech endpoint only)")
     serve.add_argument("--ollama-model", default="llama3.3:70b")
@@ -330,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--prompt-wav", type=Path, default=None, help="reference clip of the voice to speak in (zero-shot)")
     say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
     say.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
+    say.add_argument("--vocoder", default=None,
+                     help="with --out: voice the codes with this vocoder ('universal': HiFi-GAN V1, slower, more natural)")
     say.set_defaults(func=_say)
 
     bench = commands.add_parser("bench", help="benchmarks")
@@ -346,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="time barge-in on the simulated player (default) or through the sound card")
     e2e.set_defaults(func=_bench_e2e)
     serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
-    serve_bench.add_argument("--sessions", default="1,2,4")
+    serve_bench.add_argument("--sessions", default="1,2,4,8")
+    serve_bench.add_argument("--no-batch", action="store_true", help="each session steps its own decoder (the comparison)")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")

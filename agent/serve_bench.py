@@ -45,27 +45,33 @@ async def _client(session, url: str, sentences: list[str], model: str) -> dict:
 
 
 async def bench_serve(bundles: dict[str, TTSBundle], sentences: list[str], session_counts: list[int],
-                      model: str = "s5", progress=None) -> dict:
+                      model: str = "s5", progress=None, batch_decode: bool = True) -> dict:
     from aiohttp import ClientSession
     from aiohttp.test_utils import TestServer
 
     runs = []
     task = progress.add_task("bench serve", total=len(session_counts)) if progress else None
     for n in session_counts:
-        server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1))))
+        server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode)))
         await server.start_server()
+        cpu_started = time.process_time()
         try:
             async with ClientSession() as session:
                 url = str(server.make_url("/v1/audio/speech"))
                 results = await asyncio.gather(*(_client(session, url, sentences, model) for _ in range(n)))
         finally:
             await server.close()
+        cpu_s = time.process_time() - cpu_started
         firsts = [f for r in results for f in r["firsts"]]
         audio, wall = sum(r["audio_s"] for r in results), max(r["wall_s"] for r in results)
         runs.append({"sessions": n, "first_audible_ms_p50": pct(firsts, 50), "first_audible_ms_p95": pct(firsts, 95),
                      "underruns": sum(r["underruns"] for r in results), "errors": sum(r["errors"] for r in results),
                      # wall time over audio served per session: above 1, the sessions no longer keep real time
-                     "rtf": round(wall / (audio / n), 3) if audio else None})
+                     "rtf": round(wall / (audio / n), 3) if audio else None,
+                     # the whole process's CPU seconds (every thread, the clients' too) per second of audio served
+                     "cpu_s_per_audio_s": round(cpu_s / audio, 3) if audio else None})
         if progress:
             progress.advance(task)
-    return {"model": model, "sentences": len(sentences), "runs": runs}
+    clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]
+    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "runs": runs,
+            "streams_real_time": max(clean, default=0)}

@@ -10,7 +10,8 @@
                              {"type": "heard", "text"} (what the microphone's speech was transcribed as),
                              {"type": "record", "record": {...}} (the turn's latency record), {"type": "error", "message"}
     POST /v1/audio/speech    OpenAI-style: {"model": "s5"|"t5", "input": text, "voice": "default",
-                             "response_format": "wav"|"pcm", "speed": 1.0}; the audio streams as it is synthesised
+                             "response_format": "wav"|"pcm", "speed": 1.0, "vocoder": "default"|"universal"};
+                             the audio streams as it is synthesised
                              (wav: 16-bit mono with an open-ended header; pcm: raw s16le; X-Sample-Rate says the rate)
 
 Each request runs the one pipeline driver (`tts.inference.pipeline.Speech`) with its own synthesizer and sink;
@@ -20,6 +21,7 @@ any load balancer that checks /health. Errors are JSON `{"error": {"message": ..
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from audio_io.capture import CAPTURE_RATE, QueueMicrophone
 from audio_io.sinks import ClockSink
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import Speech
+from tts.inference.batching import DecodeBatcher
 from tts.inference.streaming import MODES, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
@@ -38,6 +41,8 @@ from .listen import HeardLine, Listener
 from .orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
+VOCODERS = ("default", "universal")  # POST /v1/audio/speech "vocoder": the live one, or HiFi-GAN V1 (more natural,
+# about real time on two cores: for clients that write a file rather than play as it comes)
 FORMATS = ("wav", "pcm")
 STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 SESSIONS = web.AppKey("sessions", asyncio.Semaphore)  # the free synthesis slots
@@ -49,6 +54,7 @@ class ServeConfig:
     max_input_chars: int = 4096
     token: str | None = None  # when set, requests need "Authorization: Bearer <token>"
     idle_timeout_s: float = 300.0  # a conversation with no message for this long is closed (its slot freed)
+    batch_decode: bool = True  # every session's decoder steps in one batched pass (`tts/inference/batching.py`)
 
 
 class QueueSink(ClockSink):
@@ -99,9 +105,27 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
     config = config or ServeConfig()
     sessions = asyncio.Semaphore(config.max_sessions) if config.max_sessions > 0 else None
     app = web.Application(client_max_size=64 * 1024, middlewares=[_auth(config.token)] if config.token else [])
+    for bundle in set(bundles.values()):
+        bundle.decode_batcher = DecodeBatcher() if config.batch_decode else None
+
+    async def worker_threads(app: web.Application) -> None:
+        # each live session runs its engine's work on a thread of its own: the default pool (cores + 4) would
+        # queue the sessions past it, and a batch waits only for the sessions whose work is running
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max(8, config.max_sessions + 4)))
+
+    app.on_startup.append(worker_threads)
     if sessions is not None:
         app[SESSIONS] = sessions
     active = {"n": 0}
+
+    revoiced: dict[tuple[str, str], TTSBundle] = {}
+
+    def voiced(model: str, vocoder: str) -> TTSBundle:
+        """A model voiced by another vocoder, made on first request (the model's weights shared)."""
+        if (model, vocoder) not in revoiced:
+            revoiced[model, vocoder] = bundles[model].with_vocoder(vocoder)
+            revoiced[model, vocoder].decode_batcher = bundles[model].decode_batcher
+        return revoiced[model, vocoder]
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "models": sorted(bundles), "voices": list(VOICES),
@@ -116,6 +140,9 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
             return error(400, "the body must be a JSON object")
         model, text = body.get("model", "s5"), body.get("input")
         voice, response_format = body.get("voice", "default"), body.get("response_format", "wav")
+        vocoder = body.get("vocoder", "default")
+        if vocoder not in VOCODERS:
+            return error(400, f"unknown vocoder {vocoder!r}; valid: {', '.join(VOCODERS)}")
         if model not in bundles:
             return error(400, f"unknown model {model!r}; valid: {', '.join(sorted(bundles))}")
         if voice not in VOICES:
@@ -136,7 +163,8 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         async with sessions:
             active["n"] += 1
             try:
-                return await _stream(request, bundles[model], model, words, response_format)
+                bundle = bundles[model] if vocoder == "default" else voiced(model, vocoder)
+                return await _stream(request, bundle, model, words, response_format)
             finally:
                 active["n"] -= 1
 

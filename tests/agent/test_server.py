@@ -62,6 +62,7 @@ def test_pcm_and_t5(bundles):
     ({"model": "s5", "input": "😀😀"}, 400, "nothing speakable"),
     ({"model": "s5", "input": "word " * 2000}, 400, "at most 4096"),
     ({"model": "s5", "input": "hi", "speed": 2}, 400, "speed"),
+    ({"model": "s5", "input": "hi", "vocoder": "bigvgan"}, 400, "default, universal"),
 ])
 def test_bad_requests_get_a_400_that_says_why(bundles, payload, status, says):
     async def requests(client):
@@ -70,6 +71,22 @@ def test_bad_requests_get_a_400_that_says_why(bundles, payload, status, says):
 
     got, body = call(bundles, requests)
     assert got == status and says in body["error"]["message"]
+
+
+def test_a_request_can_ask_for_the_reference_vocoder(bundles):
+    """"vocoder": "universal" voices the same codes with HiFi-GAN V1: as long (but for the leading silence each
+    drops), not the same samples."""
+    async def requests(client):
+        bodies = []
+        for vocoder in ("default", "universal"):
+            response = await client.post("/v1/audio/speech", json={"input": "Good morning, friend.", "vocoder": vocoder,
+                                                                   "response_format": "pcm"})
+            bodies.append(np.frombuffer(await response.read(), np.int16))
+        return bodies
+
+    default, universal = call(bundles, requests)
+    assert len(default) > 0 and len(universal) > 0 and abs(len(default) - len(universal)) < 22050 // 2
+    assert not np.array_equal(default[: len(universal)], universal[: len(default)])
 
 
 def test_busy_is_a_503_at_once_and_a_token_is_enforced(bundles):
@@ -115,7 +132,9 @@ def test_bench_serve_reports_each_session_count(bundles):
     from agent.serve_bench import bench_serve
 
     result = asyncio.run(bench_serve(bundles, ["Hello there.", "How are you today?"], [1, 2]))
-    assert [r["sessions"] for r in result["runs"]] == [1, 2]
+    assert [r["sessions"] for r in result["runs"]] == [1, 2] and result["batch_decode"]
+    clean = [r["sessions"] for r in result["runs"] if r["underruns"] == 0]
+    assert result["streams_real_time"] == max(clean, default=0)
     for run in result["runs"]:
         assert run["errors"] == 0 and run["first_audible_ms_p50"] is not None and run["rtf"] > 0
 

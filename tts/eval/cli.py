@@ -13,13 +13,14 @@ def _eval(args: argparse.Namespace) -> int:
     from tts.eval.evaluate import evaluate, heldout_sentences
     from tts.inference.streaming import load_bundle
 
-    bundle = load_bundle(args.mode, args.model, args.codec)
+    bundle = load_bundle(args.mode, args.model, args.codec, vocoder=args.vocoder)
     if args.long:
         from tts.eval.evaluate import evaluate_long
 
         replies = read_sentences(args.sentences or CONFIGS / "long_replies.txt")[: args.limit]
         with progress_bar() as progress:
             result = evaluate_long(bundle, replies, args.mode, args.reference_voice, out_dir=args.out, progress=progress)
+        result["vocoder"] = args.vocoder or "default"
         print_result(result, args.json, "S5-TTS long replies")
         return 0
     if args.cfg_scale is not None and bundle.model.null_memory is None:
@@ -37,6 +38,7 @@ def _eval(args: argparse.Namespace) -> int:
         result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt,
                           speaker_clip=clip, mode=args.mode, **({"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}))
     result["zero_shot"] = bool(args.zero_shot)
+    result["vocoder"] = args.vocoder or "default"
     print_result(result, args.json, "S5-TTS evaluation")
     return 0
 
@@ -117,6 +119,8 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
     ev.add_argument("--cfg-scale", type=float, default=None,
                     help="classifier-free guidance (a model trained with cfg_dropout), e.g. 2.0; default 1.0: off")
+    ev.add_argument("--vocoder", default=None,
+                    help="voice the codes with this vocoder ('universal': HiFi-GAN V1, or a folder); default the codec's")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
 

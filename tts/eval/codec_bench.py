@@ -12,7 +12,7 @@ from tts.data.corpus import read_manifest
 from tts.data.features import load_audio
 from tts.data.voices import SAMPLE_RATE, VOICES
 from tts.errors import UserError
-from tts.eval.metrics import dnsmos, error_rates, speaker_similarity, transcribe
+from tts.eval.metrics import distillmos, dnsmos, error_rates, speaker_similarity, transcribe
 
 Clip = tuple[str, np.ndarray]  # (text, float32 audio at 22.05 kHz)
 
@@ -56,7 +56,7 @@ def stream_decode(codec: Codec, codes, chunk: int) -> np.ndarray:
 
 
 def run_codec_bench(codec: Codec, clips: list[Clip], progress=None, quality: bool = True) -> dict:
-    """Whisper WER/CER of the originals and their round trips, similarity, DNSMOS, and decoding speed (codes to
+    """Whisper WER/CER of the originals and their round trips, similarity, Distill-MOS, DNSMOS, and decoding speed (codes to
     audio, vocoder included) offline and streamed about a word of codes per push. All decoding is timed first, in
     a pass of its own (after a warm-up that loads the vocoder), so that the ASR's and DNSMOS's thread pools cannot
     slow it."""
@@ -90,13 +90,15 @@ def run_codec_bench(codec: Codec, clips: list[Clip], progress=None, quality: boo
     }
     if not quality:
         return speed
-    hyp_orig, hyp_rt, sims, mos_orig, mos_rt = [], [], [], [], []
+    hyp_orig, hyp_rt, sims, mos_orig, mos_rt, dmos_orig, dmos_rt = [], [], [], [], [], [], []
     for (text, audio), roundtrip in zip(clips, roundtrips):
         hyp_orig.append(transcribe(audio, SAMPLE_RATE))
         hyp_rt.append(transcribe(roundtrip, SAMPLE_RATE))
         sims.append(speaker_similarity(audio, roundtrip, SAMPLE_RATE))
         mos_orig.append(dnsmos(audio, SAMPLE_RATE))
         mos_rt.append(dnsmos(roundtrip, SAMPLE_RATE))
+        dmos_orig.append(distillmos(audio, SAMPLE_RATE))
+        dmos_rt.append(distillmos(roundtrip, SAMPLE_RATE))
         if progress:
             progress.advance(task)
     refs = [text for text, _ in clips]
@@ -111,4 +113,6 @@ def run_codec_bench(codec: Codec, clips: list[Clip], progress=None, quality: boo
         "speaker_similarity": round(float(np.mean(sims)), 3),
         "dnsmos_original": round(float(np.mean(mos_orig)), 3),
         "dnsmos_roundtrip": round(float(np.mean(mos_rt)), 3),
+        "distillmos_original": round(float(np.mean(dmos_orig)), 3),
+        "distillmos_roundtrip": round(float(np.mean(dmos_rt)), 3),
     }

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,13 +87,42 @@ def evaluate(
     }
 
 
+class RssWatch:
+    """The process's resident memory (MB) when the block starts, its peak while it runs (sampled every 50 ms on a
+    thread) and when it ends: what synthesis itself holds, apart from the judges run after it."""
+
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s = interval_s
+        self.start_mb = self.peak_mb = self.end_mb = 0
+
+    @staticmethod
+    def rss_mb() -> int:
+        with open("/proc/self/statm") as f:
+            return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20)
+
+    def __enter__(self) -> "RssWatch":
+        self.start_mb = self.peak_mb = self.rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_mb = max(self.peak_mb, self.rss_mb())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.end_mb = self.rss_mb()
+        self.peak_mb = max(self.peak_mb, self.end_mb)
+
+
 def evaluate_long(bundle: TTSBundle, replies: list[str], mode: str, reference_voice: str = "piper_joe", seed: int = 0,
                   out_dir: Path | None = None, progress=None) -> dict:
     """Long replies, each spoken as one turn (the engine cuts it into synthesis units), judged over the whole audio
     against the reference voice speaking the same text: Whisper WER, seconds of audio per word, the longest pause
-    inside the speech, Distill-MOS; synthesis rtf and the process's peak memory after each reply."""
-    import resource
-
+    inside the speech, Distill-MOS; synthesis rtf and the process's memory while it synthesises."""
     from audio_io.levels import longest_silence_s
 
     if not replies:
@@ -101,7 +132,8 @@ def evaluate_long(bundle: TTSBundle, replies: list[str], mode: str, reference_vo
     rows = []
     for i, text in enumerate(replies):
         words = len(normalize_text(text))
-        result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i), mode=mode)
+        with RssWatch() as memory:
+            result = synthesize_streaming(bundle, text, SynthesisConfig(seed=seed + i), mode=mode)
         ref_audio = reference.synthesize(text).audio
         audio_s, ref_s = len(result.audio) / SAMPLE_RATE, len(ref_audio) / SAMPLE_RATE
         rows.append({
@@ -114,7 +146,7 @@ def evaluate_long(bundle: TTSBundle, replies: list[str], mode: str, reference_vo
             "distillmos": round(distillmos(result.audio, SAMPLE_RATE), 3),
             "capped_words": result.capped_words,
             "rtf": round(result.seconds / max(audio_s, 1e-6), 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "rss_start_mb": memory.start_mb, "rss_peak_mb": memory.peak_mb, "rss_end_mb": memory.end_mb,
         })
         if out_dir is not None:
             from audio_io.wav import write_wav
@@ -124,7 +156,8 @@ def evaluate_long(bundle: TTSBundle, replies: list[str], mode: str, reference_vo
             write_wav(out_dir / f"long_{i:02d}_reference.wav", ref_audio)
         if progress:
             progress.advance(task)
-    summary = {key: round(float(np.mean([r[key] for r in rows])), 3) for key in rows[0] if key != "peak_rss_mb"}
+    summary = {key: round(float(np.mean([r[key] for r in rows])), 3) for key in rows[0] if not key.startswith("rss")}
+    summary["rss_growth_mb"] = max(r["rss_peak_mb"] - r["rss_start_mb"] for r in rows)
     summary["wer_ratio"] = round(summary["wer"] / max(summary["wer_reference"], 1e-6), 2)
     summary["s_per_word_ratio"] = round(summary["s_per_word"] / summary["s_per_word_reference"], 3)
     summary["longest_pause_s_max"] = max(r["longest_pause_s"] for r in rows)

@@ -8,8 +8,10 @@ last word is being decoded. The async front end and audio output build on this.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +23,9 @@ from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
 from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
 from tts.model.s5tts import S5TTS
 from tts.model.sampling import mask_special_codes, sample_codes
+
+if TYPE_CHECKING:
+    from tts.inference.batching import DecodeBatcher
 
 MAX_WORD_SECONDS = 2.5  # the longest a single word may last (a runaway guard, whatever the codec's frame rate)
 
@@ -82,8 +87,21 @@ class TTSBundle:
         self.symbols = symbols
         self.codec = codec
         self.g2p = g2p or G2P(symbols=symbols)
+        # set by a driver of many streams (`tts/inference/batching.py`): every utterance's decoder steps go there
+        self.decode_batcher: "DecodeBatcher | None" = None
         if model.config.codebook_size != codec.codebook_size or model.config.num_codebooks != codec.num_codebooks:
             raise UserError("model and codec disagree on codebooks")
+
+    def with_vocoder(self, name: str) -> "TTSBundle":
+        """The same voice (model, symbols, G2P and codec weights shared, read-only) voiced by another vocoder:
+        "universal" (HiFi-GAN V1) or a folder."""
+        from tts.codec.mel_codec import MelCodec
+
+        if not isinstance(self.codec, MelCodec):
+            raise UserError("another vocoder needs the mel codec")
+        codec = MelCodec(self.codec.model)
+        codec.use_vocoder(name)
+        return TTSBundle(self.model, self.symbols, codec, self.g2p)
 
     @classmethod
     def load(cls, model_dir: Path | str, codec_dir: Path | str | None = None) -> "TTSBundle":
@@ -118,6 +136,7 @@ class UtteranceSynthesizer:
         self.encoder = IncrementalEncoder(self.model)
         guided = self.config.cfg_scale != 1.0 and self.model.null_memory is not None
         self.decoder = DecoderState(self.model, guided)
+        self.batcher = bundle.decode_batcher if not guided else None  # a guided step has two rows of its own
         self.words: list[str] = []
         self.ended = False
         self.current = 1  # word being generated
@@ -187,13 +206,14 @@ class UtteranceSynthesizer:
         stop_at_word); return the chunks of the words completed."""
         chunks: list[WordChunk] = []
         steps = 0
-        while self.ready() and (max_frames is None or steps < max_frames):
-            chunk = self._advance_one_frame()
-            steps += 1
-            if chunk is not None:
-                chunks.append(chunk)
-                if stop_at_word:
-                    break
+        with self.batcher.decoding() if self.batcher is not None else nullcontext():
+            while self.ready() and (max_frames is None or steps < max_frames):
+                chunk = self._advance_one_frame()
+                steps += 1
+                if chunk is not None:
+                    chunks.append(chunk)
+                    if stop_at_word:
+                        break
         return chunks
 
     def _prefill_prompt(self) -> None:
@@ -209,7 +229,8 @@ class UtteranceSynthesizer:
         if self.prompt is not None:
             self._prefill_prompt()
         n, last_word = self.current, len(self.words)
-        out = decode_step(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
+        step = self.batcher.step if self.batcher is not None else decode_step
+        out = step(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
         is_last = self.ended and n == last_word
         long_enough = len(self.current_frames) >= self.word_minimums[n - 1]
         logits = out.logits[0]

@@ -226,7 +226,52 @@ def decode_step(state: DecoderState, input_codes: torch.Tensor, step_words: torc
     state.position += n
     hidden = model.decoder_norm(x)  # (B, n, C)
     logits = model.heads(hidden).view(-1, n, K, c.code_vocab_size)
-    slot_attention = torch.stack(attention).mean(0)  # (n, L)
-    num_tokens = int(state.slot_tokens.max()) + 1 if len(state.slot_tokens) else 0
-    token_attention = slot_attention.new_zeros(n, num_tokens).index_add_(1, state.slot_tokens, slot_attention)
+    token_attention = _token_attention(state, torch.stack(attention).mean(0))
     return StepOutput(logits[0], hidden[0], token_attention, logits[1] if state.guided else None)
+
+
+@torch.inference_mode()
+def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], step_words: list[torch.Tensor]) -> list[StepOutput]:
+    """One new decoder position for each of several utterances (unguided states of one model) in one pass: the
+    embeddings, projections, feed-forwards and heads run once over the batch, where a CPU step is dispatch-bound;
+    attention runs per utterance over its own cache and memory slots (their lengths differ). Row b is
+    decode_step(states[b], input_codes[b], step_words[b]). input_codes: B x (K, 1); step_words: B x (1,)."""
+    model, c = states[0].model, states[0].model.config
+    if any(s.guided or s.model is not model for s in states):
+        raise ValueError("decode_steps batches unguided states of one model")
+    B, K = len(states), c.num_codebooks
+    positions = torch.tensor([s.position for s in states])
+    x = model.embed_frames(torch.stack(input_codes)) + sinusoidal_positions(positions, c.d_model)[:, None]  # (B, 1, C)
+    cross_masks = [cross_slot_mask(s.slot_words, s.slot_versions, w, c.lookahead_words)[None] for s, w in zip(states, step_words)]
+    attention: list[list[torch.Tensor]] = [[] for _ in states]
+    for i, layer in enumerate(model.decoder_layers):
+        aligned = i in c.alignment_layers
+        h = layer.norm_self(x)
+        k, v = layer.self_attn.project_kv(h)  # (B, nh, 1, hs)
+        q = layer.self_attn.project_q(h)
+        heads = [layer.self_attn.attend_heads(q[b : b + 1], *s.caches[i].extend(k[b : b + 1], v[b : b + 1]), None)[0]
+                 for b, s in enumerate(states)]  # one new step sees every cached one
+        x = x + layer.self_attn.out(torch.cat(heads))
+        q = layer.cross_attn.project_q(layer.norm_cross(x))
+        heads = []
+        for b, s in enumerate(states):
+            y, scores = layer.cross_attn.attend_heads(q[b : b + 1], s.cross_k[i], s.cross_v[i], cross_masks[b],
+                                                      return_scores=aligned)
+            heads.append(y)
+            if aligned:
+                attention[b].append(scores[0].softmax(-1).mean(0))  # (1, L_b)
+        x = x + layer.cross_attn.out(torch.cat(heads))
+        x = x + layer.ffn(layer.norm_ffn(x))
+    hidden = model.decoder_norm(x)  # (B, 1, C)
+    logits = model.heads(hidden).view(B, 1, K, c.code_vocab_size)
+    outputs = []
+    for b, s in enumerate(states):
+        s.position += 1
+        outputs.append(StepOutput(logits[b], hidden[b], _token_attention(s, torch.stack(attention[b]).mean(0))))
+    return outputs
+
+
+def _token_attention(state: DecoderState, slot_attention: torch.Tensor) -> torch.Tensor:
+    """(n, L) attention over memory slots -> (n, T) over text tokens (a token's versions summed)."""
+    num_tokens = int(state.slot_tokens.max()) + 1 if len(state.slot_tokens) else 0
+    return slot_attention.new_zeros(len(slot_attention), num_tokens).index_add_(1, state.slot_tokens, slot_attention)

@@ -53,8 +53,22 @@ class Attention(nn.Module):
         """x: (B, S, C) queries; k, v: (B, nh, T, hs); mask: (B, S, T) or (S, T) bool, True = may attend (None:
         every key, as for the one new step of a decoder); bias: optional (B, S, T) added to the logits (attention
         prior). Returns (B, S, C) and, if asked, the masked logits (B, nh, S, T)."""
-        B, S, C = x.shape
-        q = self.query(x).view(B, S, self.n_heads, self.head_dim).transpose(1, 2)  # (B, nh, S, hs)
+        y, scores = self.attend_heads(self.project_q(x), k, v, mask, bias, return_scores)
+        return self.out(y), scores
+
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, S, C) -> queries (B, nh, S, hs)"""
+        B, S, _ = x.shape
+        return self.query(x).view(B, S, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def attend_heads(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+        bias: torch.Tensor | None = None, return_scores: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attend` after the query projection and before the output projection: q (B, nh, S, hs) -> the heads
+        joined (B, S, C) and, if asked, the masked logits. A batch of utterances whose keys differ in length runs
+        this per utterance and the projections around it once for all (`tts/model/incremental.decode_steps`)."""
+        B, _, S, _ = q.shape
         if mask is not None:
             mask = _open_empty_rows(mask)
             if mask.dim() == 3:
@@ -70,8 +84,7 @@ class Attention(nn.Module):
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
             y = F.dropout(scores.softmax(-1), dropout, self.training) @ v
-        y = y.transpose(1, 2).reshape(B, S, C)
-        return self.out(y), scores
+        return y.transpose(1, 2).reshape(B, S, self.n_heads * self.head_dim), scores
 
 
 class FeedForward(nn.Module):

@@ -1,0 +1,91 @@
+"""Many streams, one batched decoder step: each stream speaks exactly what it speaks alone."""
+import asyncio
+
+import torch
+
+from tts.inference.batching import DecodeBatcher
+from tts.inference.pipeline import speak
+from tts.inference.streaming import StreamingSynthesizer
+from tts.inference.synthesis import SynthesisConfig, UtteranceSynthesizer
+from tts.model.incremental import decode_step, decode_steps
+
+TEXTS = ["Hello there, my friend. How are you doing today?",
+         "The weather is fine, and the train leaves at noon.",
+         "Sure! Let me check that for you right away."]
+
+
+def config(seed: int) -> SynthesisConfig:
+    return SynthesisConfig(seed=seed, max_frames_per_word=5)
+
+
+def codes_of(chunks) -> torch.Tensor:
+    return torch.cat([c.codes for c in chunks if c.codes is not None], dim=1)
+
+
+def test_a_batched_step_is_each_utterances_own_step(tiny_bundle):
+    """Utterances at different positions with different memory: one decode_steps pass gives every row what
+    decode_step gives it alone (logits, hidden state, attention over its own tokens), and advances each state."""
+    bundle = tiny_bundle(2)
+    alone, together = [], []
+    for text, frames in zip(TEXTS, (3, 7, 1)):
+        for group in (alone, together):
+            synth = UtteranceSynthesizer(bundle, config(0))
+            synth.push_words(text.split())
+            synth.step(max_frames=frames)
+            group.append(synth)
+    codes = [s.last_frame for s in alone]
+    words = [torch.tensor([s.current]) for s in alone]
+    expected = [decode_step(s.decoder, c, w) for s, c, w in zip(alone, codes, words)]
+    got = decode_steps([s.decoder for s in together], codes, words)
+    for e, g, a, t in zip(expected, got, alone, together):
+        assert torch.allclose(e.logits, g.logits, atol=1e-5) and torch.allclose(e.hidden, g.hidden, atol=1e-5)
+        assert torch.allclose(e.token_attention, g.token_attention, atol=1e-6)
+        assert a.decoder.position == t.decoder.position
+
+
+def speak_alone(bundle) -> list[torch.Tensor]:
+    return [codes_of(asyncio.run(speak(bundle, t.split(), "s5", config=config(i), max_stretch=1.0)).chunks)
+            for i, t in enumerate(TEXTS)]
+
+
+async def _speak_together(bundle, starts_s: list[float], cancel_after: int | None = None):
+    """Each text in its own stream, joining at its start time, all sharing the bundle's batcher."""
+    async def one(i: int):
+        await asyncio.sleep(starts_s[i])
+        if cancel_after is not None and i == 1:
+            synth = StreamingSynthesizer(bundle, "s5", config(i), max_stretch=1.0)
+            for word in TEXTS[i].split():
+                synth.push_word(word)
+            synth.end()
+            chunks = []
+            async for chunk in synth.chunks():
+                chunks.append(chunk)
+                if len(chunks) == cancel_after:
+                    break
+            await synth.aclose()
+            return chunks
+        return (await speak(bundle, TEXTS[i].split(), "s5", config=config(i), max_stretch=1.0)).chunks
+
+    return await asyncio.gather(*(one(i) for i in range(len(TEXTS))))
+
+
+def test_streams_batched_speak_what_they_speak_alone(tiny_bundle):
+    alone = speak_alone(tiny_bundle(2))
+    bundle = tiny_bundle(2)
+    bundle.decode_batcher = DecodeBatcher(max_wait_s=0.02)
+    together = asyncio.run(_speak_together(bundle, [0.0, 0.01, 0.05]))  # joining at different times
+    for a, t in zip(alone, together):
+        assert torch.equal(a, codes_of(t))
+    stats = bundle.decode_batcher.stats
+    assert stats.largest >= 2 and stats.steps > stats.batches  # steps really ran together
+
+
+def test_a_stream_cancelled_mid_batch_leaves_the_others_intact(tiny_bundle):
+    alone = speak_alone(tiny_bundle(2))
+    bundle = tiny_bundle(2)
+    bundle.decode_batcher = DecodeBatcher(max_wait_s=0.02)
+    together = asyncio.run(_speak_together(bundle, [0.0, 0.0, 0.0], cancel_after=2))
+    assert torch.equal(alone[0], codes_of(together[0])) and torch.equal(alone[2], codes_of(together[2]))
+    cancelled = codes_of(together[1])
+    assert cancelled.shape[1] < alone[1].shape[1] and torch.equal(cancelled, alone[1][:, : cancelled.shape[1]])
+    assert bundle.decode_batcher._decoding == 0 and not bundle.decode_batcher._pending  # nothing left waiting
