@@ -10,7 +10,9 @@ its first thousands often sound worse than the regression start. So the run is a
 - every `eval_every_steps` a fixed validation set (the Piper voice speaking sentences no model here trained on,
   through the mel codec) is vocoded and judged: Distill-MOS first, DNSMOS second, Whisper WER for the words. Each
   judgement is a line of `progress.jsonl` in the committed folder, so the curve survives sessions; the best
-  generator by Distill-MOS is kept beside the latest (`best/`).
+  generator by Distill-MOS is kept beside the latest (`best/`, once one beats the starting weights).
+The snapshots are committed once, when a session's work stops (each is 15-20 MB of fp16: one per session keeps the
+history lean).
 The corpus (recordings, the discriminators' "real") is built with the Piper voice when it is missing.
 """
 from __future__ import annotations
@@ -190,9 +192,10 @@ class Campaign:
             f.write(json.dumps(scores) + "\n")
         if scores["distillmos"] > self.best:
             self.best = scores["distillmos"]
-            Vocoder(generator).save(self.checkpoint_dir / BEST)
-            (self.checkpoint_dir / BEST / "state.json").write_text(json.dumps(scores))
-            generator.train()
+            if step > 0:  # at step 0 the best is the vocoder the campaign started from, already in the repository
+                Vocoder(generator).save(self.checkpoint_dir / BEST)
+                (self.checkpoint_dir / BEST / "state.json").write_text(json.dumps(scores))
+                generator.train()
         self.log(f"step {step}: Distill-MOS {scores['distillmos']} DNSMOS {scores['dnsmos']} WER {scores['wer']} "
                  f"(best Distill-MOS {self.best})")
         return scores

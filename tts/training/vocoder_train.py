@@ -12,8 +12,8 @@ import json
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch

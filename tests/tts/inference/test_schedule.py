@@ -58,12 +58,12 @@ def test_each_unit_starts_with_fresh_state_and_modes_cut_the_same_units(tiny_bun
     bundle = tiny_bundle(2)
     words = "Sure thing! ".split() + LONG_SENTENCE + "That is all.".split()
     s5 = schedule_for(bundle, "s5", words)
-    s5.work()  # takes the words: every unit is opened at once
+    first, _ = s5.work()  # takes the words: every unit is opened at once
     opened = s5.units
     assert [u.words for u in opened] == [u for u in split_units(words)]
     assert len({id(u.decoder) for u in opened}) == len(opened)  # a fresh decoder (caches, alignment) per unit
     assert all(u.ended for u in opened) and all(u.current == 1 for u in opened[1:])
-    s5_chunks = drive(s5)
+    s5_chunks = [first] * (first is not None) + drive(s5)
     t5_chunks = drive(schedule_for(tiny_bundle(2), "t5", words))
     assert [w for c in s5_chunks for w in c.words] == words
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (s5_chunks, t5_chunks)]
@@ -81,5 +81,9 @@ def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_
     assert sum(c.frames for c in chunks) > 0
     assert [u.words for u in schedule.units] == [["The", "pump"]] and not schedule.units[0].ready()
     schedule.inbox.put_word("moves")
-    schedule.work()
+    for _ in range(3):  # a call may first send what the opening rendered, and take the new word in the next
+        schedule.work()
+        if len(schedule.units[0].words) == 3:
+            break
+    assert schedule.units[0].words == ["The", "pump", "moves"]
     assert schedule.units[0].ready()  # word 1 of the new unit has its k = 2 lookahead words
