@@ -54,7 +54,17 @@ class DecodeBatcher:
         self._pending: list[_Request] = []
         self._leading = False
         self._decoding = 0  # streams inside a decode loop: each will ask for a step soon
+        self.live_streams = 0  # streams between their start and their release (`joined`)
         self.stats = BatchStats()
+
+    def join(self) -> None:
+        """A stream starts (its driver calls `leave` when it is released)."""
+        with self._cond:
+            self.live_streams += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self.live_streams -= 1
 
     @contextmanager
     def decoding(self) -> Iterator[None]:

@@ -112,6 +112,8 @@ SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave aft
 # (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
 OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
 # codec holds back (the first frame is mostly the voice's leading silence), then after every step
+SHARED_FIRST_CHUNK_S = 0.5  # s5 among other streams (no eager opening): the first sound waits until this much is
+# rendered, so that it lasts while the next words are decoded on shared cores
 OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
 WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
 # worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
@@ -318,6 +320,11 @@ class StreamSchedule:
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self.hold_until_ns: int | None = None  # a short opening word waits for the next one until then
         self.opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
+        # the opening's frame-by-frame renders and the small units after it buy the first sound ~20-40 ms at about
+        # 20 % more CPU a stream (a render costs ~5 ms whatever its length): worth it alone, not when other
+        # streams share the cores (8 streams, batched: 0.161 -> 0.128 CPU-s per audio second)
+        batcher = bundle.decode_batcher
+        self.eager_opening = batcher is None or batcher.live_streams <= 1
         self._emitted_s = 0.0  # audio sent so far
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
         self._unsent_codes: list[torch.Tensor] = []
@@ -417,7 +424,8 @@ class StreamSchedule:
         if self.mode == "s5" and self._in_opening():
             return self._opening_work(unit, started), "progress"
         if self.mode == "s5":
-            small = 0 < self._emitted_s < SMALL_UNITS_UNTIL_S and not Pacer.paces(self._text_interval_ns())
+            small = (self.eager_opening and 0 < self._emitted_s < SMALL_UNITS_UNTIL_S
+                     and not Pacer.paces(self._text_interval_ns()))
             steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_UNIT_STEPS) if small else S5_STEPS_PER_UNIT
             completed = unit.step(max_frames=steps, stop_at_word=True)
             emit = bool(completed) or unit.finished or small
@@ -425,7 +433,12 @@ class StreamSchedule:
             completed = unit.step(max_frames=self.emit_every - (len(unit.frames) - self._cursor))
             emit = len(unit.frames) - self._cursor >= self.emit_every or unit.finished
         self._count(unit, completed)
-        chunk = self._emit(unit) if emit else None
+        chunk = None
+        if emit:
+            self._render(unit)
+            holding = (self.mode == "s5" and not self.eager_opening and not self._emitted_s and not unit.finished
+                       and self._unsent_s() < SHARED_FIRST_CHUNK_S)
+            chunk = None if holding else self._take_chunk()
         self.times.compute_ns += self.clock() - started
         return chunk, "progress"
 
@@ -439,7 +452,7 @@ class StreamSchedule:
     def _in_opening(self) -> bool:
         """s5, LLM-speed text, no sound has left yet: the opening word is rendered as it is decoded, and its sound
         leaves as soon as nothing can make it wait (slow text: the pacer decides how the opening plays)."""
-        return not self._emitted_s and not Pacer.paces(self._text_interval_ns())
+        return self.eager_opening and not self._emitted_s and not Pacer.paces(self._text_interval_ns())
 
     def _opening_work(self, unit: UtteranceSynthesizer, started: int) -> AudioChunk | None:
         """Decode a step (the first call: the steps before the first sound can be rendered), render at once, and
@@ -458,7 +471,7 @@ class StreamSchedule:
             # on the same cores can make both several times slower)
             step_ns = (stepped - stepping) / max(1, len(unit.frames) - decoded)
             next_work_s = (step_ns + self.clock() - stepped) / 1e9
-            sound_s = sum(len(a) for a in self._unsent) / self.sample_rate
+            sound_s = self._unsent_s()
             self.opening_ready = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_work_s or unit.finished)
         emit = self.opening_ready and (unit.finished or self._next_word_free(unit)
                                         or self._unrendered_s(unit) >= SHORT_OPENING_S)
@@ -475,6 +488,10 @@ class StreamSchedule:
         encoded here (that would delay this chunk)."""
         arrived, ended = self.inbox.waiting()
         return ended or unit.ended or len(unit.words) + arrived >= 2 + self.k
+
+    def _unsent_s(self) -> float:
+        """Seconds of audio rendered and not yet sent."""
+        return sum(len(a) for a in self._unsent) / self.sample_rate
 
     def _unrendered_s(self, unit: UtteranceSynthesizer) -> float:
         """Seconds of frames decoded and not yet sent (rendered into `_unsent` or not)."""

@@ -91,6 +91,9 @@ class StreamingSynthesizer:
         self.sample_rate = bundle.codec.sample_rate
         self.times = UtteranceTimes()
         self.inbox = Inbox(self.times)
+        self._batcher = bundle.decode_batcher  # many streams share the cores: counted while this one lives
+        if self._batcher is not None:
+            self._batcher.join()
         self.schedule = StreamSchedule(bundle, mode, self.config, self.emit_every, self.inbox, prompt, max_stretch)
         self._wake = asyncio.Event()
         self._unit_words = 0  # words of the synthesis unit the text is in (when synthesis may start)
@@ -152,6 +155,9 @@ class StreamingSynthesizer:
     def _release(self) -> None:
         self.inbox.clear()
         self.schedule.release()
+        if self._batcher is not None:
+            self._batcher.leave()
+            self._batcher = None
 
     @property
     def busy(self) -> bool:

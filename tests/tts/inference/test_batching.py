@@ -78,6 +78,21 @@ def test_streams_batched_speak_what_they_speak_alone(tiny_bundle):
         assert torch.equal(a, codes_of(t))
     stats = bundle.decode_batcher.stats
     assert stats.largest >= 2 and stats.steps > stats.batches  # steps really ran together
+    assert bundle.decode_batcher.live_streams == 0  # every stream left when it was released
+
+
+def test_a_stream_alone_opens_eagerly_and_one_among_others_saves_the_renders(tiny_bundle):
+    """The opening's frame-by-frame renders buy latency with CPU: a stream takes them only when no other stream
+    of the batcher is live."""
+    bundle = tiny_bundle(2)
+    bundle.decode_batcher = DecodeBatcher()
+    first = StreamingSynthesizer(bundle, "s5", config(0))
+    second = StreamingSynthesizer(bundle, "s5", config(1))
+    assert first.schedule.eager_opening and not second.schedule.eager_opening
+    asyncio.run(first.aclose())
+    asyncio.run(second.aclose())
+    assert bundle.decode_batcher.live_streams == 0
+    assert StreamingSynthesizer(bundle, "s5", config(2)).schedule.eager_opening
 
 
 def test_a_stream_cancelled_mid_batch_leaves_the_others_intact(tiny_bundle):

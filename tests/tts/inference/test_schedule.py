@@ -81,9 +81,7 @@ def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_
     assert sum(c.frames for c in chunks) > 0
     assert [u.words for u in schedule.units] == [["The", "pump"]] and not schedule.units[0].ready()
     schedule.inbox.put_word("moves")
-    for _ in range(3):  # a call may first send what the opening rendered, and take the new word in the next
-        schedule.work()
-        if len(schedule.units[0].words) == 3:
-            break
-    assert schedule.units[0].words == ["The", "pump", "moves"]
-    assert schedule.units[0].ready()  # word 1 of the new unit has its k = 2 lookahead words
+    drive(schedule)  # until idle again
+    unit = schedule.units[0]
+    assert unit.words == ["The", "pump", "moves"]
+    assert unit.current == 2 and unit.frames  # word 1 had its k = 2 lookahead words; word 2 waits for word 4
