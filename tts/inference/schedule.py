@@ -41,11 +41,12 @@ silence), and its sound leaves before the word
 is complete once the word after it may follow at once (its lookahead text is in, or the text ended). The leading
 silence is dropped (`LeadingSilence`): the first sound is the first audible 10 ms. A short opening word whose
 successor still waits for text (the many tokens of "$738.67,") is held until that text is in (at most
-`MAX_OPENING_HOLD_S`), or the player would run dry after it; the unit after that text arrives sends the sound
-first and encodes the text after (`work`). After the first sound, frames leave after every step
-until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_UNIT_STEPS` steps until `SMALL_UNITS_UNTIL_S`, so
-that the short first chunks last until the next is rendered. Smaller units cost more per frame, so only there, and
-not for slow text (the pacer has it in hand). When a chunk leaves now depends on timing (the text's arrival, the
+`MAX_OPENING_HOLD_S`), or the player would run dry after it; the `work()` call after that text arrives sends the
+sound first and encodes the text after. After the first sound, frames leave after every step
+until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_CHUNK_STEPS` steps until `SMALL_CHUNKS_UNTIL_S`, so
+that the short first chunks last until the next is rendered. Smaller chunks cost more per frame, so only there, and
+not for slow text (the pacer has it in hand), nor among other streams sharing the cores (`eager_opening`: there the
+first sound waits for `SHARED_FIRST_CHUNK_S` of audio instead). When a chunk leaves now depends on timing (the text's arrival, the
 machine's speed), and where chunks are cut changes the audio by rounding alone: the mel codec and its vocoder
 stream exactly, and the leading silence is found on the joined stream. (About 1e-7 through float32; the shipped
 vocoder's bfloat16 blocks round that to at most ~1.5e-3, -56 dBFS, measured 2026-12-02: noise, not a join.)
@@ -103,11 +104,11 @@ PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short word
 PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
 MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
-S5_STEPS_PER_UNIT = 8  # s5: decoder steps per worker unit (a new word or a cancel waits at most one unit)
+S5_STEPS_PER_WORK = 8  # s5: decoder steps per `work()` call (a new word or a cancel waits at most one call)
 SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
 MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
-SMALL_UNITS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
-SMALL_UNIT_STEPS = 3  # ...every this many decoder steps
+SMALL_CHUNKS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
+SMALL_CHUNK_STEPS = 3  # ...every this many decoder steps
 SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave after every step: the first chunk
 # (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
 OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
@@ -115,11 +116,7 @@ OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from thi
 SHARED_FIRST_CHUNK_S = 0.5  # s5 among other streams (no eager opening): the first sound waits until this much is
 # rendered, so that it lasts while the next words are decoded on shared cores
 OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
-WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
-# worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
 FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
-
-
 
 
 def mean_interval_ns(times_ns: list[int]) -> int | None:
@@ -320,7 +317,7 @@ class StreamSchedule:
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self.hold_until_ns: int | None = None  # a short opening word waits for the next one until then
         self.opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
-        # the opening's frame-by-frame renders and the small units after it buy the first sound ~20-40 ms at about
+        # the opening's frame-by-frame renders and the small chunks after it buy the first sound ~20-40 ms at about
         # 20 % more CPU a stream (a render costs ~5 ms whatever its length): worth it alone, not when other
         # streams share the cores (8 streams, batched: 0.161 -> 0.128 CPU-s per audio second)
         batcher = bundle.decode_batcher
@@ -424,9 +421,9 @@ class StreamSchedule:
         if self.mode == "s5" and self._in_opening():
             return self._opening_work(unit, started), "progress"
         if self.mode == "s5":
-            small = (self.eager_opening and 0 < self._emitted_s < SMALL_UNITS_UNTIL_S
+            small = (self.eager_opening and 0 < self._emitted_s < SMALL_CHUNKS_UNTIL_S
                      and not Pacer.paces(self._text_interval_ns()))
-            steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_UNIT_STEPS) if small else S5_STEPS_PER_UNIT
+            steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_CHUNK_STEPS) if small else S5_STEPS_PER_WORK
             completed = unit.step(max_frames=steps, stop_at_word=True)
             emit = bool(completed) or unit.finished or small
         else:
