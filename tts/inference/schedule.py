@@ -113,8 +113,10 @@ SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave aft
 # (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
 OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
 # codec holds back (the first frame is mostly the voice's leading silence), then after every step
-SHARED_FIRST_CHUNK_S = 0.5  # s5 among other streams (no eager opening): the first sound waits until this much is
+SHARED_FIRST_CHUNK_S = 0.3  # s5 among other streams (no eager opening): the first sound waits until this much is
 # rendered, so that it lasts while the next words are decoded on shared cores
+SHARED_AHEAD_S = 1.0  # s5 among other streams: while this much sound is ahead of the player, completed words wait
+SHARED_RENDER_S = 1.0  # to be rendered together, up to this much a render (a render costs ~5 ms + ~0.4 ms a frame)
 OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
 FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
 
@@ -323,6 +325,7 @@ class StreamSchedule:
         batcher = bundle.decode_batcher
         self.eager_opening = batcher is None or batcher.live_streams <= 1
         self._emitted_s = 0.0  # audio sent so far
+        self._first_sent_ns: int | None = None  # when the first sound was sent
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
         self._unsent_codes: list[torch.Tensor] = []
         self._unsent_frames = 0
@@ -426,6 +429,8 @@ class StreamSchedule:
             steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_CHUNK_STEPS) if small else S5_STEPS_PER_WORK
             completed = unit.step(max_frames=steps, stop_at_word=True)
             emit = bool(completed) or unit.finished or small
+            if emit and self._renders_together(unit):
+                emit = False
         else:
             completed = unit.step(max_frames=self.emit_every - (len(unit.frames) - self._cursor))
             emit = len(unit.frames) - self._cursor >= self.emit_every or unit.finished
@@ -486,6 +491,14 @@ class StreamSchedule:
         arrived, ended = self.inbox.waiting()
         return ended or unit.ended or len(unit.words) + arrived >= 2 + self.k
 
+    def _renders_together(self, unit: UtteranceSynthesizer) -> bool:
+        """Among other streams, with the player well supplied: let this word's frames wait for the next word's,
+        so that one render (whose cost is mostly fixed) voices both."""
+        if self.eager_opening or not self._emitted_s or unit.finished or self._first_sent_ns is None:
+            return False
+        ahead_s = (self._first_sent_ns - self.clock()) / 1e9 + self._emitted_s  # if the player never stalled
+        return ahead_s > SHARED_AHEAD_S and self._unrendered_s(unit) < SHARED_RENDER_S
+
     def _unsent_s(self) -> float:
         """Seconds of audio rendered and not yet sent."""
         return sum(len(a) for a in self._unsent) / self.sample_rate
@@ -539,6 +552,8 @@ class StreamSchedule:
         if self._play_after_ns is not None:  # on the first chunk (every chunk has samples)
             play_after, self._play_after_ns = self._play_after_ns, None
         self._emitted_s += len(audio) / self.sample_rate
+        if self._first_sent_ns is None:
+            self._first_sent_ns = self.clock()
         self.opening_ready = False
         words, self._words_done = tuple(self._words_done), []
         return AudioChunk(audio, self.sample_rate, self.clock(), frames, codes=codes, play_after_ns=play_after,
