@@ -85,3 +85,31 @@ def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_
     unit = schedule.units[0]
     assert unit.words == ["The", "pump", "moves"]
     assert unit.current == 2 and unit.frames  # word 1 had its k = 2 lookahead words; word 2 waits for word 4
+
+
+def test_among_other_streams_words_are_rendered_together_once_the_player_is_well_supplied(tiny_bundle):
+    """With another stream live on the batcher, a stream spends fewer, larger renders: no frame-by-frame opening,
+    a first chunk of at least SHARED_FIRST_CHUNK_S, and, once more than SHARED_AHEAD_S of sound is ahead of the
+    player, several words per render. The codes are the same as alone: only the rendering is grouped."""
+    from tts.inference.batching import DecodeBatcher
+    from tts.inference.schedule import SHARED_FIRST_CHUNK_S
+
+    words = ("The pump moves warmth from the cold air outside into the warm house and back again in summer when "
+             "the days are long").split()
+    alone = drive(schedule_for(tiny_bundle(2), "s5", words))
+    bundle = tiny_bundle(2)
+    bundle.decode_batcher = DecodeBatcher()
+    bundle.decode_batcher.join()  # another stream is live...
+    bundle.decode_batcher.join()  # ...beside this one (its driver would join it)
+    ticks = iter(range(0, 10**15, 1000))  # a microsecond a call: model work takes no time
+    inbox = Inbox(UtteranceTimes(), clock=lambda: next(ticks))
+    shared = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
+    for word in words:
+        inbox.put_word(word)
+    inbox.end()
+    together = drive(shared)
+    assert not shared.eager_opening
+    assert len(together[0].samples) / bundle.codec.sample_rate >= SHARED_FIRST_CHUNK_S
+    assert len(together) < len(alone) and max(len(c.words) for c in together[1:]) > 1
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
+    assert torch.equal(*codes)
