@@ -1,4 +1,4 @@
-"""The one pipeline driver: spoken words in, audio through a sink, stamps out (DESIGN.md section 2).
+"""The one pipeline driver: spoken words in, audio through a sink, stamps out (`docs/streaming_engine.md`).
 
     words stage   words (async, any rate) -> synth.push_word ... synth.end()   (first word)
     audio stage   synth.chunks() -> sink.write                                 (first chunk, last audio)
