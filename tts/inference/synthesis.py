@@ -1,4 +1,5 @@
-"""Word-by-word synthesis core, one object per synthesis unit (a sentence or a long clause of a reply: `docs/streaming_engine.md`).
+"""Word-by-word synthesis core, one object per synthesis unit (a sentence or a long clause of a reply;
+`docs/streaming_engine.md`).
 
 `UtteranceSynthesizer` is a plain state machine over words: `push_word`, `end`, and `step()`, which decodes as
 far as the words received so far allow and returns the chunks of codec frames of every word it completed.
