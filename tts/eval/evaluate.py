@@ -39,6 +39,13 @@ def synthesize_streaming(bundle: TTSBundle, text: str, config: SynthesisConfig, 
     return EvalResult(text, speech.audio, time.perf_counter() - start, len(speech.chunks), speech.times.capped_words)
 
 
+def reference_voice_named(name: str):
+    """One of the offline voices, to speak the same text beside the TTS (a one-line error for an unknown name)."""
+    if name not in VOICES:
+        raise UserError(f"unknown reference voice {name!r} (known: {', '.join(VOICES)})")
+    return VOICES[name]
+
+
 def evaluate(
     bundle: TTSBundle, sentences: list[str], reference_voice: str = "piper_joe", seed: int = 0,
     speaker_clip: np.ndarray | None = None, out_dir: Path | None = None, progress=None,
@@ -46,9 +53,8 @@ def evaluate(
 ) -> dict:
     if not sentences:
         raise UserError("no sentences to evaluate")
-    if reference_voice not in VOICES:
-        raise UserError(f"unknown reference voice {reference_voice!r} (known: {', '.join(VOICES)})")
-    reference = VOICES[reference_voice]
+    mode = mode or ("s5" if bundle.model.config.lookahead_words is not None else "t5")
+    reference = reference_voice_named(reference_voice)
     task = progress.add_task("eval", total=len(sentences)) if progress else None
     hyps, ref_hyps, sims, moses, distill, ratios = [], [], [], [], [], []
     synth_seconds = audio_seconds = 0.0
@@ -81,7 +87,7 @@ def evaluate(
         "duration_ratio": round(float(np.mean(ratios)), 3),
         "duration_ratio_min": round(float(np.min(ratios)), 3), "duration_ratio_max": round(float(np.max(ratios)), 3),
         "duration_ratio_in_range": round(float(np.mean([(0.6 <= r <= 1.6) for r in ratios])), 3),
-        "n": len(sentences), "mode": mode or ("s5" if bundle.model.config.lookahead_words is not None else "t5"),
+        "n": len(sentences), "mode": mode,
         "cfg_scale": cfg_scale if bundle.model.null_memory is not None else None,
         "threads": torch.get_num_threads(),
     }
@@ -127,7 +133,7 @@ def evaluate_long(bundle: TTSBundle, replies: list[str], mode: str, reference_vo
 
     if not replies:
         raise UserError("no replies to evaluate")
-    reference = VOICES[reference_voice]
+    reference = reference_voice_named(reference_voice)
     task = progress.add_task("long replies", total=len(replies)) if progress else None
     rows = []
     for i, text in enumerate(replies):
