@@ -32,7 +32,6 @@ from tts.inference.schedule import (  # noqa: F401  (re-exported: the engine's p
     UtteranceTimes,
     default_emit_every,
     ends_unit,
-    mean_interval_ns,
 )
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 from tts.paths import ASSETS
