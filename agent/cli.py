@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tts.cli import STRETCH_HELP, err, notice, print_result, progress_bar
+from tts.cli import STRETCH_HELP, VOCODER_HELP, err, notice, print_result, progress_bar
 from tts.errors import UserError
 from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
@@ -29,7 +29,7 @@ def _chat(args: argparse.Namespace) -> int:
     settings = load_agent_settings(args.config)
     log_to_file()  # a turn that fails shows one line; its traceback goes here
     mode = args.tts or settings.tts.mode
-    bundles = load_bundles([mode])
+    bundles = load_bundles([mode], vocoder=args.vocoder or settings.tts.vocoder)
     rate = bundles[mode].codec.sample_rate
     out_dir = args.out
     output = "wav" if out_dir else settings.audio.output
@@ -91,7 +91,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise UserError(f"--repeat {args.repeat}: at least 1")
     script.turns = script.turns * args.repeat
     log_to_file()
-    bundles = load_bundles([args.tts])
+    bundles = load_bundles([args.tts], vocoder=args.vocoder)
     out_dir = args.out or Path("replay_out") / args.script.stem
     out_dir.mkdir(parents=True, exist_ok=True)
     with progress_bar() as progress:
@@ -122,7 +122,7 @@ def _serve(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    bundles = load_bundles(["s5", "t5"])
+    bundles = load_bundles(["s5", "t5"], vocoder=args.vocoder)
     llm_factory = None
     if args.llm == "embedded":
         from llm.embedded import EmbeddedLLM
@@ -157,7 +157,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     sentences = load_sentences(args.sentences)[: args.limit]
     with progress_bar() as progress:
-        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"]), sentences, counts, args.model, progress,
+        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
                                          batch_decode=not args.no_batch))
     if args.json:
         print(json.dumps(result))
@@ -195,7 +195,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
         script.first_token_ms = args.first_token_ms
     if args.tokens_per_second is not None:
         script.tokens_per_second = args.tokens_per_second
-    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model)
+    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=args.vocoder)
     with progress_bar() as progress:
         result = asyncio.run(bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output))
     if args.json:
@@ -247,8 +247,6 @@ def _say(args: argparse.Namespace) -> int:
     words = normalize_text(args.text)
     if not words:
         raise UserError("nothing to say: the text has no speakable words")
-    if args.vocoder and not args.out:
-        raise UserError("--vocoder goes with --out: the live voice keeps the vocoder that streams in real time")
     bundle = load_bundle(args.mode, args.model, vocoder=args.vocoder)
     prompt = None
     if args.prompt_wav:
@@ -287,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--ollama-model", default=None)
     chat.add_argument("--ollama-host", default=None)
     chat.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
+    chat.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (default: configs/agent.yaml's tts.vocoder)")
     chat.add_argument("--voice", action="store_true", help="also listen to the microphone (VAD + Whisper); typing still works")
     chat.set_defaults(func=_chat)
 
@@ -295,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--tts", choices=["s5", "t5", "sentence"], default="s5")
     rep.add_argument("--out", type=Path, default=None, help="default: replay_out/SCRIPT")
     rep.add_argument("--json", action="store_true")
+    rep.add_argument("--vocoder", default=None, help=VOCODER_HELP)
     rep.add_argument("--repeat", type=int, default=1, help="play the script this many times (a soak: latency drift and "
                      "memory growth after warm-up are reported)")
     rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
@@ -306,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
     serve.add_argument("--max-sessions", type=int, default=4, help="requests and conversations at once; more get a 503")
     serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
+    serve.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (a request may ask for another)")
     serve.add_argument("--no-batch", action="store_true",
                        help="each session steps its own decoder (default: all sessions' steps in one batched pass)")
     serve.add_argument("--llm", choices=["embedded", "ollama", "none"], default="embedded",
@@ -335,8 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--prompt-wav", type=Path, default=None, help="reference clip of the voice to speak in (zero-shot)")
     say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
     say.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
-    say.add_argument("--vocoder", default=None,
-                     help="with --out: voice the codes with this vocoder ('universal': HiFi-GAN V1, slower, more natural)")
+    say.add_argument("--vocoder", default=None, help=VOCODER_HELP)
     say.set_defaults(func=_say)
 
     bench = commands.add_parser("bench", help="benchmarks")
@@ -347,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     e2e.add_argument("--script", type=Path, default=None, help="replay YAML (default: examples/bench_e2e.yaml)")
     e2e.add_argument("--first-token-ms", type=float, default=None)
     e2e.add_argument("--tokens-per-second", type=float, default=None)
+    e2e.add_argument("--vocoder", default=None, help=VOCODER_HELP)
     e2e.add_argument("--s5-model", type=Path, default=None)
     e2e.add_argument("--t5-model", type=Path, default=None)
     e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
@@ -354,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     e2e.set_defaults(func=_bench_e2e)
     serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
     serve_bench.add_argument("--sessions", default="1,2,4,8")
+    serve_bench.add_argument("--vocoder", default=None, help=VOCODER_HELP)
     serve_bench.add_argument("--no-batch", action="store_true", help="each session steps its own decoder (the comparison)")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")

@@ -10,7 +10,7 @@
                              {"type": "heard", "text"} (what the microphone's speech was transcribed as),
                              {"type": "record", "record": {...}} (the turn's latency record), {"type": "error", "message"}
     POST /v1/audio/speech    OpenAI-style: {"model": "s5"|"t5", "input": text, "voice": "default",
-                             "response_format": "wav"|"pcm", "speed": 1.0, "vocoder": "default"|"universal"};
+                             "response_format": "wav"|"pcm", "speed": 1.0, "vocoder": "default"|"universal"|"fast"};
                              the audio streams as it is synthesised
                              (wav: 16-bit mono with an open-ended header; pcm: raw s16le; X-Sample-Rate says the rate)
 
@@ -41,8 +41,8 @@ from .listen import HeardLine, Listener
 from .orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
-VOCODERS = ("default", "universal")  # POST /v1/audio/speech "vocoder": the live one, or HiFi-GAN V1 (more natural,
-# about real time on two cores: for clients that write a file rather than play as it comes)
+VOCODERS = ("default", "universal", "fast")  # POST /v1/audio/speech "vocoder": the server's (`s5 serve --vocoder`,
+# fast unless told), HiFi-GAN V1 (natural; ~0.2-0.3 of a core per stream where the CPU has bfloat16), or iSTFT
 FORMATS = ("wav", "pcm")
 STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 SESSIONS = web.AppKey("sessions", asyncio.Semaphore)  # the free synthesis slots

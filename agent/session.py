@@ -23,13 +23,16 @@ from .records import TurnRecord
 DEFAULT_BENCH_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "bench_e2e.yaml"
 
 
-def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path | None = None) -> dict[str, TTSBundle]:
+def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path | None = None,
+                 vocoder: str | None = None) -> dict[str, TTSBundle]:
+    """The voices the modes run (s5, or the full-context model for t5 and sentence), each loaded once; `vocoder`
+    replaces the codec's own ("auto")."""
     bundles: dict[str, TTSBundle] = {}
     cache: dict[str, TTSBundle] = {}
     for mode in modes:
         key = "s5" if mode == "s5" else "t5"
         if key not in cache:
-            cache[key] = load_bundle(mode, s5_model if key == "s5" else t5_model)
+            cache[key] = load_bundle(mode, s5_model if key == "s5" else t5_model, vocoder=vocoder)
         bundles[mode] = cache[key]
     return bundles
 

@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tts.codec import mel
-from tts.codec.streaming_conv import StreamConv1d, StreamState
+from tts.codec.streaming_conv import StreamConv1d, StreamState, native_bf16
 
 BF16_ROWS = 8  # bfloat16 inference pads a chunk's frames to a multiple of this: the CPU library keeps ~1.4 MB per
 # distinct row count it has seen (measured: 80 chunk lengths, +130 MB), so lengths come in a few sizes only
@@ -83,7 +83,7 @@ class IstftGenerator(nn.Module):
         push of 5 codec frames 10.2 -> 7.8 ms, of one 6.9 -> 5.6 ms (2026-12-02, one thread, caches cold; rows
         padded to `BF16_ROWS`). The audio moves by bfloat16 rounding (SNR 48 dB against float32 on 40 replies,
         the same Whisper WER and DNSMOS)."""
-        if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        if native_bf16():
             for block in self.blocks:
                 block.pwconv1.to(torch.bfloat16)
                 block.pwconv2.to(torch.bfloat16)

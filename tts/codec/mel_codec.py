@@ -1,5 +1,6 @@
 """The mel codec, the paper's kind (seed 001: NeMo's FSQ mel codec): 8 FSQ codebooks over log-mel frames, decoded
-back to log-mel and voiced by a vocoder (the shipped codec names the iSTFT one, `tts/assets/vocoder`).
+back to log-mel and voiced by a vocoder (the shipped codec names "fast", the iSTFT one in `tts/assets/vocoder`;
+"universal", HiFi-GAN V1, is more natural and costs about 40 times more: `tts/codec/vocoder.py`).
 
 encode: audio -> log-mel (86.13 frames/s) -> conv encoder, `stack` mel frames per codec frame -> 8 groups of FSQ
         scalars -> [K, T] codes (the encoder sees the whole utterance: it only runs offline, on the corpus)
@@ -39,7 +40,7 @@ class MelCodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead (0: causal, 46 ms less held back)
-    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1) or a trained vocoder's folder, from the repo root
+    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1), "fast" (iSTFT) or a vocoder's folder (`vocoder.py`)
 
     @property
     def codebook_size(self) -> int:

@@ -7,14 +7,27 @@ Branches with different delays are re-joined by `aligned_sum`, which holds the l
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# oneDNN (PyTorch's CPU convolutions) keeps a compiled kernel per convolution and input shape, 1024 by default; a
+# streamed HiFi-GAN (56 convolutions, a few push lengths each) needs more, or every push recompiles. Read when the
+# first kernel is made, so set here, below every model; a user's own setting wins.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "2048")
 
 StreamState = dict  # layer (or (layer, branch)) -> what it holds between chunks; one dict per utterance
 UNFOLD_MAX_FRAMES = 64  # inference on up to this many frames runs as one matrix product; longer inputs go to
 # PyTorch's convolution, which wins there (HiFi-GAN V1 on 3 s of log-mel, one thread: 1.57 x real time unfolded,
 # 0.59 with PyTorch's convolutions)
+
+
+def native_bf16() -> bool:
+    """Whether the CPU computes bfloat16 in hardware (AVX512-BF16 or AMX), where the vocoders run in it. oneDNN also
+    accepts bfloat16 on plain AVX-512, emulated, and slower than float32 there."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 class StreamConv1d(nn.Conv1d):
@@ -71,17 +84,19 @@ class StreamConvTranspose1d(nn.ConvTranspose1d):
             pad = self.padding[0]
             y = self._transposed(x)
             return y[:, :, pad : y.shape[2] - pad] + self.bias.view(1, -1, 1)
+        # the overlap is summed in float32 (bfloat16 inference would round it once more than offline, at every join)
         B, stride, n = x.shape[0], self.stride[0], x.shape[2]
-        carry, to_drop = state.get(self, (x.new_zeros(B, self.out_channels, self.overlap), self.padding[0]))
+        carry, to_drop = state.get(self, (x.new_zeros(B, self.out_channels, self.overlap, dtype=torch.float32),
+                                          self.padding[0]))
         if n:
-            y = self._transposed(x)  # (B, C', (n - 1) * stride + kernel)
+            y = self._transposed(x).float()  # (B, C', (n - 1) * stride + kernel)
             y[:, :, : self.overlap] += carry
             ready, carry = y[:, :, : n * stride], y[:, :, n * stride :]
         else:
-            ready = x.new_zeros(B, self.out_channels, 0)
+            ready = carry.new_zeros(B, self.out_channels, 0)
         if final:
             ready = torch.cat([ready, carry[:, :, : self.overlap - self.padding[0]]], dim=2)
-        ready = ready + self.bias.view(1, -1, 1)
+        ready = (ready + self.bias.view(1, -1, 1)).to(x.dtype)
         drop = min(to_drop, ready.shape[2])
         state[self] = (carry, to_drop - drop)
         return ready[:, :, drop:]

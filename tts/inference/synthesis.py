@@ -121,11 +121,15 @@ class TTSBundle:
         synth.end()
         synth.step()
         held_back_frames(self.codec)  # measured once per codec: the first turn's synthesizer asks for it
-        stream = self.codec.streaming_decoder()
-        codes = torch.zeros(self.codec.num_codebooks, 8, dtype=torch.long)
-        for n in range(1, 9):
-            stream.push(codes[:, :n])
-        stream.flush()
+        codes = torch.zeros(self.codec.num_codebooks, WARM_UP_CHUNKS, dtype=torch.long)
+        for n in range(1, WARM_UP_CHUNKS + 1):
+            stream = self.codec.streaming_decoder()
+            for _ in range(3):  # the first push and the steady ones differ in shape
+                stream.push(codes[:, :n])
+            stream.flush()
+
+
+WARM_UP_CHUNKS = 8  # codec frames: chunks up to this long are rendered once at load (a vocoder splits longer ones)
 
 
 class UtteranceSynthesizer:

@@ -113,3 +113,20 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     assert len(together) < len(alone) and max(len(c.words) for c in together[1:]) > 1
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
     assert torch.equal(*codes)
+
+
+def test_a_vocoder_with_costly_renders_gets_the_shared_opening(tiny_bundle):
+    """HiFi-GAN's renders cost several times the iSTFT vocoder's: even alone, the stream renders in fewer, longer
+    pushes (no frame-by-frame opening), as among other streams; the iSTFT vocoder keeps the eager opening."""
+    from tts.codec.mel_codec import MelCodec
+    from tts.codec.vocoder import Generator, Vocoder, VocoderConfig
+    from tts.inference.synthesis import TTSBundle
+
+    cheap = tiny_bundle(2)
+    assert schedule_for(cheap, "s5", ["Hi", "there", "friend."]).eager_opening
+    hifigan = Vocoder(Generator(VocoderConfig(upsample_initial_channel=16)))
+    costly = TTSBundle(cheap.model, cheap.symbols, MelCodec(cheap.codec.model, hifigan), cheap.g2p)
+    schedule = schedule_for(costly, "s5", "Good morning, my friend, how are you?".split())
+    assert not schedule.eager_opening
+    chunks = drive(schedule)
+    assert sum(len(c.samples) for c in chunks) > 0 and chunks[-1].final
