@@ -29,13 +29,16 @@ class ConfigError(UserError):
 @dataclass
 class LLMSettings:
     backend: str = "auto"  # auto: Ollama if reachable with the model pulled, else the embedded Gemma 3 270M
-    ollama_host: str | None = None  # None: $OLLAMA_HOST, else http://localhost:11434 (see `host`)
+    ollama_host: str | None = None  # under $OLLAMA_HOST, over http://localhost:11434 (see `host`)
     ollama_model: str = DEFAULT_MODEL
     keep_alive: str = "30m"  # how long Ollama keeps the model loaded after a turn
 
     @property
     def host(self) -> str:
-        return self.ollama_host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+        """Settings are honoured in one order: a command-line flag (the caller's), the environment, the config
+        file, the shipped default. The shipped `configs/agent.yaml` names a host too, so the environment must
+        come before the file or `OLLAMA_HOST` would never be read."""
+        return os.environ.get("OLLAMA_HOST") or self.ollama_host or DEFAULT_HOST
 
 
 @dataclass

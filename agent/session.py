@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,9 @@ async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: Age
         if listener is None:  # end of typed input quits; while listening, Ctrl-C does
             loop.call_soon_threadsafe(lines.put_nowait, None)
 
-    loop.run_in_executor(None, read_lines)
+    # a daemon thread, not the loop's executor: asyncio.run joins the executor's threads at exit, and this one sits in
+    # a read of the terminal until Enter (Ctrl-C at the prompt hung there)
+    threading.Thread(target=read_lines, name="stdin", daemon=True).start()
     speaking = False
     spoken = SpokenTurns(agent, full_duplex=listener is not None and listener.echo is not None,
                          say=lambda message: console.print(message))

@@ -42,14 +42,15 @@ def test_missing_keys_take_defaults_and_ints_pass_for_floats(tmp_path):
     assert settings.llm.keep_alive == "5m" and settings.tts.top_k == AgentSettings().tts.top_k
 
 
-def test_ollama_host_from_the_environment(monkeypatch):
+def test_ollama_host_from_the_environment_beats_the_shipped_config(monkeypatch):
+    """flag > environment > config file > default, with the config file the chat really loads."""
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     assert AgentSettings().llm.host == DEFAULT_HOST
+    shipped = load_agent_settings()
+    assert shipped.llm.ollama_host and shipped.llm.host == shipped.llm.ollama_host  # the file names a host
     monkeypatch.setenv("OLLAMA_HOST", "http://gpu-box:11434")
+    assert load_agent_settings().llm.host == "http://gpu-box:11434"  # the environment beats the file
     assert AgentSettings().llm.host == "http://gpu-box:11434"
-    settings = AgentSettings()
-    settings.llm.ollama_host = "http://given:1"
-    assert settings.llm.host == "http://given:1"  # the config (or a flag) wins over the environment
 
 
 def test_chat_with_an_unknown_key_fails_in_one_line(tmp_path, capsys):

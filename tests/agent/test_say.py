@@ -146,8 +146,9 @@ def test_chat_with_typed_turns_writes_wavs_and_one_latency_line_per_turn(models,
     import subprocess
     import sys
 
-    env = {**os.environ, "S5_MODELS_DIR": str(models)}
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--llm", "ollama", "--ollama-host", ollama_server,
+    # the server is named by OLLAMA_HOST alone: it beats the host the shipped configs/agent.yaml names
+    env = {**os.environ, "S5_MODELS_DIR": str(models), "OLLAMA_HOST": ollama_server}
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--llm", "ollama",
                              "--out", str(tmp_path)], input="What is the capital of France?\nAnd again?\n",
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-800:]
@@ -159,16 +160,17 @@ def test_chat_with_typed_turns_writes_wavs_and_one_latency_line_per_turn(models,
     assert len((tmp_path / "latency.jsonl").read_text().splitlines()) == 2
 
 
-def test_chat_with_ollama_down_says_so_in_one_line(models):
+def test_chat_with_ollama_down_says_so_in_one_line(models, tmp_path, ollama_server):
+    """The flag names a port nothing listens on; OLLAMA_HOST names a live server: the flag wins."""
     import os
     import subprocess
     import sys
 
     from tests.ollama_standin import free_port
 
-    env = {**os.environ, "S5_MODELS_DIR": str(models)}
+    env = {**os.environ, "S5_MODELS_DIR": str(models), "OLLAMA_HOST": ollama_server}
     result = subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--llm", "ollama", "--ollama-host",
-                             f"http://127.0.0.1:{free_port()}", "--out", "/tmp/s5_chat_down"], input="hi\n",
+                             f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path)], input="hi\n",
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "cannot reach Ollama" in result.stderr and "ollama serve" in result.stderr
@@ -182,3 +184,42 @@ def test_say_with_a_voice_prompt(models, tmp_path):
     assert read_wav(out)[0].size > 0
     missing = s5("say", "hi", "--model", str(models / "s5_default"), "--out", str(out), "--prompt-wav", "tests/data/piper_fox.wav")
     assert missing.returncode == 2 and "needs --prompt-text" in missing.stderr
+
+
+def test_ctrl_c_at_the_chat_prompt_quits_at_once(models, tmp_path, ollama_server):
+    """`s5 chat` on a terminal (a pseudo-terminal here): SIGINT at the prompt ends it within 2 seconds."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "S5_MODELS_DIR": str(models), "OLLAMA_HOST": ollama_server}
+    chat = subprocess.Popen([sys.executable, "-m", "agent.cli", "chat", "--llm", "ollama", "--out", str(tmp_path)],
+                            stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
+    os.close(follower)
+    seen, deadline = b"", time.monotonic() + 300
+    try:
+        while b"type a message" not in seen and time.monotonic() < deadline and chat.poll() is None:
+            if select.select([leader], [], [], 1.0)[0]:
+                seen += os.read(leader, 4096)
+        assert b"type a message" in seen, seen[-500:]
+        time.sleep(0.5)  # at the prompt, reading the terminal
+        chat.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        while chat.poll() is None and time.monotonic() - sent < 10:
+            if select.select([leader], [], [], 0.1)[0]:
+                try:
+                    os.read(leader, 4096)
+                except OSError:
+                    break
+        assert chat.wait(timeout=10) == 0
+        print(f"ended {time.monotonic() - sent:.2f} s after SIGINT")
+        assert time.monotonic() - sent < 5.0  # a hang never ends (it did: the stdin reader was joined at exit)
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+        os.close(leader)
