@@ -149,7 +149,10 @@ def _bench_serve(args: argparse.Namespace) -> int:
     from agent.session import load_bundles
     from tts.eval.stream_bench import load_sentences
 
-    counts = [int(n) for n in args.sessions.split(",") if n.strip()]
+    try:
+        counts = [int(n) for n in args.sessions.split(",") if n.strip()]
+    except ValueError:
+        counts = []
     if not counts or min(counts) < 1:
         raise UserError(f"--sessions {args.sessions}: comma-separated counts of at least 1, e.g. 1,2,4")
     import torch

@@ -2,28 +2,19 @@
 refused with the key named, values checked where a wrong one would surface much later."""
 from __future__ import annotations
 
-import dataclasses
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from llm.ollama_backend import DEFAULT_HOST, DEFAULT_MODEL
-from tts.errors import UserError
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES, check_max_stretch
 from tts.inference.synthesis import SynthesisConfig
+from tts.typed_yaml import ConfigError, build, read_yaml
 
 DEFAULT_AGENT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
 HISTORY_TURNS = 8  # user/assistant pairs kept in the prompt
 SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three short spoken sentences, "
                  "without lists, tables or code unless asked.")
-
-
-class ConfigError(UserError):
-    """A config file a user can fix: the message names the file and the key."""
 
 
 @dataclass
@@ -88,48 +79,9 @@ class AgentSettings:
         return self
 
 
-def _accepts(annotation, value) -> bool:
-    """Whether a YAML value fits a field's type (ints are fine for floats)."""
-    hint = typing.get_origin(annotation)
-    options = typing.get_args(annotation) if hint in (typing.Union, types.UnionType) else (annotation,)
-    for option in options:
-        if option is type(None) and value is None:
-            return True
-        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True
-        if option in (int, str) and isinstance(value, option) and not isinstance(value, bool):
-            return True
-        if option is bool and isinstance(value, bool):
-            return True
-    return False
-
-
-def _build(cls: type, data, where: str, prefix: str = ""):
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'the file'} should be a mapping, not {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in fields:
-            raise ConfigError(f"{where}: unknown key {prefix}{key!s} (known: {', '.join(sorted(fields))})")
-    values = {}
-    for key, value in data.items():
-        if dataclasses.is_dataclass(hints[key]):
-            values[key] = _build(hints[key], value or {}, where, f"{prefix}{key}.")
-        elif not _accepts(hints[key], value):
-            raise ConfigError(f"{where}: {prefix}{key} = {value!r} is not a {hints[key]}")
-        else:
-            values[key] = float(value) if hints[key] is float else value
-    return cls(**values)
-
-
 def load_agent_settings(path: Path | None = None) -> AgentSettings:
     """`configs/agent.yaml` (or `path`) -> checked settings; a missing key takes the default above."""
     path = Path(path) if path else DEFAULT_AGENT_CONFIG
     if not path.exists():
         raise ConfigError(f"no agent config at {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
-    return _build(AgentSettings, data, str(path)).check(str(path))
+    return build(AgentSettings, read_yaml(path) or {}, str(path)).check(str(path))

@@ -35,14 +35,17 @@ def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 
 def read_wav(path) -> tuple[np.ndarray, int]:
-    with wave.open(str(path), "rb") as f:
-        rate, channels, width = f.getframerate(), f.getnchannels(), f.getsampwidth()
-        data = f.readframes(f.getnframes())
+    """A 16-bit PCM WAV file -> float32 mono and its rate; anything else (an MP3, a float WAV) is one `UserError`."""
+    try:
+        with wave.open(str(path), "rb") as f:
+            rate, channels, width = f.getframerate(), f.getnchannels(), f.getsampwidth()
+            data = f.readframes(f.getnframes())
+    except (wave.Error, EOFError) as error:
+        raise UserError(f"{path}: not a 16-bit WAV file ({error or 'too short'}); convert it: ffmpeg -i {path} clip.wav") from None
     if width != 2:
         raise UserError(f"{path}: expected 16-bit PCM")
     audio = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
     return (audio.reshape(-1, channels).mean(axis=1) if channels > 1 else audio), rate
-
 
 
 def write_wav(path: Path | str, audio: np.ndarray, sample_rate: int = 22050) -> None:

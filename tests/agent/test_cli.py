@@ -33,6 +33,33 @@ def test_bad_input_gives_one_clear_line(args, message):
     assert len([l for l in result.stderr.splitlines() if l.strip()]) <= 2
 
 
+def test_more_bad_input_gives_one_clear_line(tmp_path):
+    """A session count that is not a number, a clip that is not a WAV, a config that is not YAML or has a word
+    where a number goes: one line each, naming what to fix."""
+    (tmp_path / "clip.mp3").write_bytes(b"ID3\x03\x00 not a wav")
+    (tmp_path / "broken.yaml").write_text("train:\n  lr: [1\n")
+    (tmp_path / "words.yaml").write_text("train:\n  lr: fast\n")
+    for args, message in [
+        (("bench", "serve", "--sessions", "1,x"), "--sessions 1,x"),
+        (("say", "hi", "--out", str(tmp_path / "o.wav"), "--prompt-wav", str(tmp_path / "clip.mp3"), "--prompt-text", "hi"),
+         "not a 16-bit WAV file"),
+        (("train", "--config", str(tmp_path / "broken.yaml")), "not valid YAML"),
+        (("train", "--config", str(tmp_path / "words.yaml")), "train: lr = 'fast'"),
+    ]:
+        result = s5(*args)
+        assert result.returncode == 2 and "Traceback" not in result.stderr and message in result.stderr, result.stderr[-400:]
+        assert len([l for l in result.stderr.splitlines() if l.strip()]) <= 2
+
+
+def test_numbers_in_configs_are_numbers(tmp_path):
+    """YAML reads `1e-3` as a string; every config loader reads it as the number it is."""
+    from tts.training.trainer import load_train_config
+
+    (tmp_path / "run.yaml").write_text("model:\n  d_model: 64\ntrain:\n  lr: 1e-3\n  max_steps: 2e3\n")
+    model, train = load_train_config(tmp_path / "run.yaml")
+    assert train.lr == 0.001 and isinstance(train.lr, float) and train.max_steps == 2000 and isinstance(train.max_steps, int)
+
+
 @pytest.mark.slow
 def test_bench_model_json():
     result = s5("bench", "model", "--json", "--frames", "40")

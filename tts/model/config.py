@@ -7,10 +7,9 @@ from math import prod as np_prod
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tts.errors import UserError
 from tts.paths import CONFIGS
+from tts.typed_yaml import build, read_yaml
 
 CONFIG_DIR = CONFIGS
 
@@ -84,13 +83,10 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
 
-def from_dict(cls: type, data: dict[str, Any]):
-    """Build a config dataclass from a mapping; a key the dataclass lacks is an error, not a silent no-op."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise UserError(f"unknown {cls.__name__} keys: {', '.join(unknown)}")
-    return cls(**data)
+def from_dict(cls: type, data: dict[str, Any], where: str = "config"):
+    """Build a config dataclass from a mapping; a key the dataclass lacks or a value of the wrong type is an error
+    (`tts/typed_yaml.py`), not a silent no-op or a failure much later."""
+    return build(cls, data, where)
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -107,7 +103,7 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
 def load_model_config(name_or_path: str | Path) -> ModelConfig:
     """Read the `model:` section of a YAML config."""
     path = resolve_config_path(name_or_path)
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path) or {}
     if not isinstance(data, dict) or "model" not in data:
         raise UserError(f"{path}: expected a mapping with a 'model' section")
-    return from_dict(ModelConfig, data["model"] or {})
+    return from_dict(ModelConfig, data["model"] or {}, f"{path}: model")

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import yaml
 
 from tts.data.tokens import TokenizedUtterance, load_tokenized, tokens_codec_dir
 from tts.errors import UserError
@@ -30,6 +29,7 @@ from tts.model.batch import Batch, Example, collate
 from tts.model.config import ModelConfig, from_dict, resolve_config_path
 from tts.model.s5tts import S5TTS
 from tts.paths import DEFAULT_TOKENS
+from tts.typed_yaml import read_yaml
 
 
 @dataclass
@@ -62,8 +62,12 @@ class TrainConfig:
 
 
 def load_train_config(path: str | Path) -> tuple[ModelConfig, TrainConfig]:
-    data = yaml.safe_load(resolve_config_path(path).read_text()) or {}
-    return from_dict(ModelConfig, data.get("model") or {}), from_dict(TrainConfig, data.get("train") or {})
+    path = resolve_config_path(path)
+    data = read_yaml(path) or {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping with 'model' and 'train' sections")
+    return (from_dict(ModelConfig, data.get("model") or {}, f"{path}: model"),
+            from_dict(TrainConfig, data.get("train") or {}, f"{path}: train"))
 
 
 

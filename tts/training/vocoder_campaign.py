@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Vocoder
 from tts.errors import UserError
+from tts.typed_yaml import build, read_yaml
 from tts.paths import repo_path
 from tts.training.istft_vocoder_train import AdversarialLosses, IstftTrainConfig, train_istft_vocoder
 
@@ -54,30 +54,9 @@ class CampaignConfig:
 
 
 def load_campaign_config(path: Path) -> CampaignConfig:
-    """The YAML recipe, typed: an unknown key is refused with its name, numbers written as `1e-4` are numbers."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise UserError(f"cannot read campaign config {path}: {str(error).splitlines()[0]}") from None
-    train = raw.pop("train", {}) or {}
-    for keys, cls in ((raw, CampaignConfig), (train, IstftTrainConfig)):
-        unknown = set(keys) - {f.name for f in fields(cls)}
-        if unknown:
-            raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
-    train_config = IstftTrainConfig(**{k: _typed(IstftTrainConfig, k, v) for k, v in train.items()})
-    return CampaignConfig(**{k: _typed(CampaignConfig, k, v) for k, v in raw.items()}, train=train_config)
-
-
-def _typed(cls, name: str, value):
-    default = getattr(cls(), name)
-    if isinstance(default, bool) or value is None:
-        return value
-    if isinstance(default, (int, float)) and isinstance(value, str):
-        try:
-            return type(default)(float(value))
-        except ValueError:
-            raise UserError(f"{name}: {value!r} is not a number") from None
-    return value
+    """The YAML recipe, typed (`tts/typed_yaml.py`): an unknown key is refused with its name, numbers written as
+    `1e-4` are numbers."""
+    return build(CampaignConfig, read_yaml(path) or {}, str(path))
 
 
 @dataclass

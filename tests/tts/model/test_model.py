@@ -27,7 +27,7 @@ def test_t5_and_s5_share_one_architecture():
 
 
 def test_unknown_config_keys_are_refused():
-    with pytest.raises(ValueError, match="unknown ModelConfig keys: d_modle"):
+    with pytest.raises(ValueError, match="unknown key d_modle"):
         from_dict(ModelConfig, {"d_modle": 3})
     with pytest.raises(ValueError):
         ModelConfig(alignment_layers=[9])
