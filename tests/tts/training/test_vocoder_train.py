@@ -164,5 +164,5 @@ def test_a_campaign_recipe_is_typed_and_unknown_keys_are_refused(tmp_path):
     with pytest.raises(UserError, match="learning_rate"):
         load_campaign_config(bad)
     bad.write_text("train: [unclosed\n")
-    with pytest.raises(UserError, match="cannot read"):
+    with pytest.raises(UserError, match="not valid YAML"):
         load_campaign_config(bad)
