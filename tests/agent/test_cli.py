@@ -51,6 +51,13 @@ def test_more_bad_input_gives_one_clear_line(tmp_path):
         assert len([l for l in result.stderr.splitlines() if l.strip()]) <= 2
 
 
+def test_bench_codec_runs_without_a_corpus(tmp_path):
+    """A README command on a fresh clone (no corpus/): the Piper voice speaks the unseen replies instead, said so."""
+    result = s5("bench", "codec", "--no-quality", "--limit", "2", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert json.loads(result.stdout)["n"] == 2 and "no corpus here" in result.stderr
+
+
 def test_numbers_in_configs_are_numbers(tmp_path):
     """YAML reads `1e-3` as a string; every config loader reads it as the number it is."""
     from tts.training.trainer import load_train_config

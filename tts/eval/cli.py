@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tts.cli import STRETCH_HELP, print_result, progress_bar, read_sentences
+from tts.cli import STRETCH_HELP, notice, print_result, progress_bar, read_sentences
 from tts.errors import UserError
 from tts.paths import CONFIGS
+
+DEFAULT_CODEC_MANIFEST = Path("corpus/test.jsonl")
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -68,6 +70,9 @@ def _bench_codec(args: argparse.Namespace) -> int:
             raise UserError(f"--vocoder goes with a mel codec ({args.codec} is not one)")
         codec.use_vocoder(args.vocoder)
     speaker = None if args.speaker == "all" else args.speaker
+    if not args.sentences and args.manifest == DEFAULT_CODEC_MANIFEST and not args.manifest.exists():
+        args.sentences = CONFIGS / "eval_replies.txt"  # a fresh clone has no corpus: unseen replies, spoken now
+        notice(f"no corpus here ({args.manifest}): the Piper voice speaks {args.sentences.name} instead")
     if args.sentences:
         clips = voice_clips(read_sentences(args.sentences)[: args.limit], speaker or "piper_joe")
         source = {"sentences": str(args.sentences)}
@@ -131,7 +136,8 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     model.set_defaults(func=_bench_model)
     codec_bench = bench_kinds.add_parser("codec", help="codec round-trip quality and decoding speed")
     codec_bench.add_argument("--json", action="store_true")
-    codec_bench.add_argument("--manifest", type=Path, default=Path("corpus/test.jsonl"), help="unseen sentences (default: the corpus's test split)")
+    codec_bench.add_argument("--manifest", type=Path, default=DEFAULT_CODEC_MANIFEST,
+                             help="unseen sentences (default: the corpus's test split; without a corpus, configs/eval_replies.txt spoken by the Piper voice)")
     codec_bench.add_argument("--speaker", default="piper_joe", help="the voice measured (the one the TTS speaks); 'all' for every voice")
     codec_bench.add_argument("--sentences", type=Path, default=None, help="speak these (one per line) with --speaker instead of reading a manifest")
     codec_bench.add_argument("--no-quality", action="store_true", help="decoding speed only (no ASR, similarity, DNSMOS)")
