@@ -47,6 +47,8 @@ def _chat(args: argparse.Namespace) -> int:
     async def run() -> int:
         llm = await pick_llm(args.llm or settings.llm.backend, args.ollama_model or settings.llm.ollama_model,
                              args.ollama_host or settings.llm.host, say=lambda m: err.print(f"[green]{m}[/]"),
+                             openai_url=args.llm_url or settings.llm.url,
+                             openai_model=args.llm_model or settings.llm.openai_model,
                              keep_alive=settings.llm.keep_alive)
         listener = microphone = None
         if args.voice or settings.audio.voice:
@@ -113,15 +115,16 @@ def _replay(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from agent.config import load_agent_settings
     from agent.server import ServeConfig, create_app
     from agent.session import load_bundles
-    from llm.ollama_backend import DEFAULT_HOST
 
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
     import torch
 
     torch.set_num_threads(args.threads)
+    llm_settings = load_agent_settings(args.config).llm  # the chat's settings, in the same order (flag first)
     bundles = load_bundles(["s5", "t5"], vocoder=args.vocoder)
     llm_factory = None
     if args.llm == "embedded":
@@ -131,7 +134,13 @@ def _serve(args: argparse.Namespace) -> int:
     elif args.llm == "ollama":
         from llm.ollama_backend import OllamaLLM
 
-        llm_factory = lambda: OllamaLLM(args.ollama_model, args.ollama_host or DEFAULT_HOST)  # noqa: E731
+        llm_factory = lambda: OllamaLLM(args.ollama_model or llm_settings.ollama_model,  # noqa: E731
+                                        args.ollama_host or llm_settings.host, keep_alive=llm_settings.keep_alive)
+    elif args.llm == "openai":
+        from llm.openai_backend import OpenAILLM
+
+        llm_factory = lambda: OpenAILLM(args.llm_model or llm_settings.openai_model or "",  # noqa: E731
+                                        args.llm_url or llm_settings.url)
     app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
                                           batch_decode=not args.no_batch), llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
@@ -282,7 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = commands.add_parser("chat", help="terminal voice chat (Ollama if reachable, else the embedded LLM)")
-    chat.add_argument("--llm", choices=["auto", "ollama", "embedded"], default=None)
+    chat.add_argument("--llm", choices=["auto", "ollama", "openai", "embedded"], default=None,
+                      help="openai: an OpenAI-compatible server (vLLM, TGI, llama.cpp, LM Studio, a hosted API)")
+    chat.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL (default: $OPENAI_BASE_URL, "
+                      "configs/agent.yaml's llm.openai_url, http://localhost:8000/v1); key from OPENAI_API_KEY")
+    chat.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
     chat.add_argument("--tts", choices=["s5", "t5", "sentence"], default=None)
     chat.add_argument("--out", type=Path, default=None, help="write each turn as a WAV (and latency.jsonl) here instead of playing")
     chat.add_argument("--ollama-model", default=None)
@@ -312,10 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (a request may ask for another)")
     serve.add_argument("--no-batch", action="store_true",
                        help="each session steps its own decoder (default: all sessions' steps in one batched pass)")
-    serve.add_argument("--llm", choices=["embedded", "ollama", "none"], default="embedded",
+    serve.add_argument("--llm", choices=["embedded", "ollama", "openai", "none"], default="embedded",
                        help="the LLM of /ws conversations (none: speech endpoint only)")
-    serve.add_argument("--ollama-model", default="llama3.3:70b")
+    serve.add_argument("--ollama-model", default=None)
     serve.add_argument("--ollama-host", default=None)
+    serve.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL")
+    serve.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
+    serve.add_argument("--config", type=Path, default=None, help="agent YAML for the LLM settings (default: configs/agent.yaml)")
     serve.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1: concurrent sessions then share the cores instead of oversubscribing them; measured with 2 sessions on 2 cores: 0 underruns at 1 thread, 2 at 2)")
     serve.set_defaults(func=_serve)
 

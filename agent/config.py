@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm.ollama_backend import DEFAULT_HOST, DEFAULT_MODEL
+from llm.openai_backend import DEFAULT_URL
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES, check_max_stretch
 from tts.inference.synthesis import SynthesisConfig
 from tts.typed_yaml import ConfigError, build, read_yaml
@@ -17,12 +18,18 @@ SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three sho
                  "without lists, tables or code unless asked.")
 
 
+LLM_BACKENDS = ("auto", "ollama", "openai", "embedded")
+
+
 @dataclass
 class LLMSettings:
-    backend: str = "auto"  # auto: Ollama if reachable with the model pulled, else the embedded Gemma 3 270M
+    backend: str = "auto"  # auto: Ollama if reachable with the model pulled, else the embedded Gemma 3 270M; openai:
+    # an OpenAI-compatible server (vLLM, TGI, llama.cpp's server, LM Studio, a hosted API) at `openai_url`
     ollama_host: str | None = None  # under $OLLAMA_HOST, over http://localhost:11434 (see `host`)
     ollama_model: str = DEFAULT_MODEL
     keep_alive: str = "30m"  # how long Ollama keeps the model loaded after a turn
+    openai_url: str | None = None  # under $OPENAI_BASE_URL, over http://localhost:8000/v1 (see `url`)
+    openai_model: str | None = None  # the name the OpenAI-compatible server knows the model by
 
     @property
     def host(self) -> str:
@@ -30,6 +37,11 @@ class LLMSettings:
         file, the shipped default. The shipped `configs/agent.yaml` names a host too, so the environment must
         come before the file or `OLLAMA_HOST` would never be read."""
         return os.environ.get("OLLAMA_HOST") or self.ollama_host or DEFAULT_HOST
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible server, in the same order (`OPENAI_BASE_URL` is the official client's own)."""
+        return os.environ.get("OPENAI_BASE_URL") or self.openai_url or DEFAULT_URL
 
 
 @dataclass
@@ -70,8 +82,8 @@ class AgentSettings:
         if self.tts.mode not in MODES:
             raise ConfigError(f"{where}: tts.mode {self.tts.mode!r} is not one of {', '.join(MODES)}")
         check_max_stretch(self.tts.max_stretch, f"{where}: tts.max_stretch")
-        if self.llm.backend not in ("auto", "ollama", "embedded"):
-            raise ConfigError(f"{where}: llm.backend {self.llm.backend!r} is not one of auto, ollama, embedded")
+        if self.llm.backend not in LLM_BACKENDS:
+            raise ConfigError(f"{where}: llm.backend {self.llm.backend!r} is not one of {', '.join(LLM_BACKENDS)}")
         if self.audio.output not in ("auto", "device", "wav", "null"):
             raise ConfigError(f"{where}: audio.output {self.audio.output!r} is not one of auto, device, wav, null")
         if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0 or self.tts.cfg_scale <= 0:

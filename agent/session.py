@@ -38,8 +38,21 @@ def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path 
     return bundles
 
 
-async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m") -> LLMBackend:
-    """auto: Ollama if it answers with the model pulled, else the embedded model (saying which)."""
+async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m",
+                   openai_url: str | None = None, openai_model: str | None = None) -> LLMBackend:
+    """auto: Ollama if it answers with the model pulled, else the embedded model (saying which); openai: the
+    OpenAI-compatible server at openai_url."""
+    if kind == "openai":
+        from llm.openai_backend import DEFAULT_URL, OpenAILLM
+
+        llm = OpenAILLM(openai_model or "", openai_url or DEFAULT_URL)
+        try:
+            await llm.warm_up()
+        except LLMError:
+            await llm.close()
+            raise
+        say(f"LLM: {llm.model} at {llm.base_url} (OpenAI-compatible)")
+        return llm
     if kind in ("auto", "ollama"):
         from llm.ollama_backend import OllamaLLM
 
@@ -57,7 +70,7 @@ async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, ke
             await ollama.close()
         say(f"LLM: Ollama with {ollama_model} is not reachable at {ollama_host}; using the embedded Gemma 3 270M")
     elif kind != "embedded":
-        raise LLMError(f"unknown LLM {kind!r} (choose auto, ollama or embedded)")
+        raise LLMError(f"unknown LLM {kind!r} (choose auto, ollama, openai or embedded)")
     from llm.embedded import EmbeddedLLM
 
     llm = EmbeddedLLM()

@@ -223,3 +223,28 @@ def test_ctrl_c_at_the_chat_prompt_quits_at_once(models, tmp_path, ollama_server
         if chat.poll() is None:
             chat.kill()
         os.close(leader)
+
+
+def test_chat_with_an_openai_compatible_server(models, tmp_path):
+    """`s5 chat --llm openai` talks to llama-cpp-python's server (a real OpenAI-compatible one) in one turn."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("llama_cpp.server")
+    from tests.llama_server import start_server
+
+    server, url = start_server(n_ctx=256)
+    try:
+        env = {**os.environ, "S5_MODELS_DIR": str(models)}
+        result = subprocess.run([sys.executable, "-m", "agent.cli", "chat", "--llm", "openai", "--llm-url", url,
+                                 "--llm-model", "gemma", "--out", str(tmp_path)], input="Say hello.\n",
+                                capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert result.returncode == 0, result.stderr[-800:]
+    assert f"LLM: gemma at {url}" in result.stderr
+    lines = [l for l in result.stdout.splitlines() if l.startswith("turn ")]
+    assert len(lines) == 1 and "E2E" in lines[0]
+    assert (tmp_path / "turn_001.wav").exists()
