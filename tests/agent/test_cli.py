@@ -15,6 +15,7 @@ def s5(*args: str, timeout: int = 600, cwd=None) -> subprocess.CompletedProcess:
 def test_chat_runs_and_exits_cleanly(tmp_path):
     result = s5("chat", cwd=tmp_path)  # no sound card and no input: WAVs under ./s5_chat_out, then a clean exit
     assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert "llama_" not in result.stderr + result.stdout  # llama.cpp's own lines go to the log, not the screen
 
 
 @pytest.mark.parametrize(
