@@ -36,8 +36,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-extras="test"
-[ "${1:-}" = "--with-nemo" ] && extras="test,nemo"
+extras="test,voice"
+[ "${1:-}" = "--with-nemo" ] && extras="test,voice,nemo"
 .venv/bin/python -m pip install --quiet -e ".[$extras]"
 # the Silero VAD model for spoken input (`s5 chat --voice`); it runs on onnxruntime, so its torch/torchaudio
 # requirements (which would replace the pinned CPU torch) are skipped

@@ -10,9 +10,10 @@ from llm.ollama_backend import DEFAULT_HOST, DEFAULT_MODEL
 from llm.openai_backend import DEFAULT_URL
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES, check_max_stretch
 from tts.inference.synthesis import SynthesisConfig
+from tts.paths import CONFIGS
 from tts.typed_yaml import ConfigError, build, read_yaml
 
-DEFAULT_AGENT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
+DEFAULT_AGENT_CONFIG = CONFIGS / "agent.yaml"
 HISTORY_TURNS = 8  # user/assistant pairs kept in the prompt
 SYSTEM_PROMPT = ("You are a friendly voice assistant. Answer in one to three short spoken sentences, "
                  "without lists, tables or code unless asked.")

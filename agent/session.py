@@ -16,12 +16,13 @@ from llm.base import LLMBackend, LLMError
 from llm.replay import ReplayLLM, ReplayScript
 from tts.inference.streaming import MODES, load_bundle
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
+from tts.paths import EXAMPLES
 
 from .listen import HeardLine, Listener, SpeechResumed, UserSpeaking
 from .orchestrator import Agent, AgentConfig
 from .records import TurnRecord
 
-DEFAULT_BENCH_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "bench_e2e.yaml"
+DEFAULT_BENCH_SCRIPT = EXAMPLES / "bench_e2e.yaml"
 
 
 def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path | None = None,
