@@ -48,7 +48,7 @@ def _chat(args: argparse.Namespace) -> int:
         llm = await pick_llm(args.llm or settings.llm.backend, args.ollama_model or settings.llm.ollama_model,
                              args.ollama_host or settings.llm.host, say=lambda m: err.print(f"[green]{m}[/]"),
                              openai_url=args.llm_url or settings.llm.url,
-                             openai_model=args.llm_model or settings.llm.openai_model,
+                             openai_model=args.llm_model or settings.llm.openai_model, max_tokens=settings.llm.max_tokens,
                              keep_alive=settings.llm.keep_alive)
         listener = microphone = None
         if args.voice or settings.audio.voice:
@@ -140,7 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
         from llm.openai_backend import OpenAILLM
 
         llm_factory = lambda: OpenAILLM(args.llm_model or llm_settings.openai_model or "",  # noqa: E731
-                                        args.llm_url or llm_settings.url)
+                                        args.llm_url or llm_settings.url, max_tokens=llm_settings.max_tokens)
     app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
                                           batch_decode=not args.no_batch), llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
@@ -208,8 +208,26 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     if args.tokens_per_second is not None:
         script.tokens_per_second = args.tokens_per_second
     bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=args.vocoder)
+
+    async def run(progress) -> dict:
+        llm = None
+        if args.llm != "replay":  # a live LLM: the chat's settings, flags first
+            from agent.config import load_agent_settings
+            from agent.session import pick_llm
+
+            settings = load_agent_settings(args.config).llm
+            llm = await pick_llm(args.llm, args.ollama_model or settings.ollama_model, args.ollama_host or settings.host,
+                                 say=lambda m: err.print(f"[green]{m}[/]"), keep_alive=settings.keep_alive,
+                                 openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
+                                 max_tokens=settings.max_tokens)
+        try:
+            return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm)
+        finally:
+            if llm is not None:
+                await llm.close()
+
     with progress_bar() as progress:
-        result = asyncio.run(bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output))
+        result = asyncio.run(run(progress))
     if args.json:
         print(json.dumps(result))
         return 0
@@ -367,6 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
     e2e.add_argument("--first-token-ms", type=float, default=None)
     e2e.add_argument("--tokens-per-second", type=float, default=None)
     e2e.add_argument("--vocoder", default=None, help=VOCODER_HELP)
+    e2e.add_argument("--llm", choices=["replay", "ollama", "openai", "embedded"], default="replay",
+                     help="replay: the script's answers at a fixed pace (default, comparable run to run); otherwise a live "
+                     "LLM answers the script's user lines")
+    e2e.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL")
+    e2e.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
+    e2e.add_argument("--ollama-model", default=None)
+    e2e.add_argument("--ollama-host", default=None)
+    e2e.add_argument("--config", type=Path, default=None, help="agent YAML for a live LLM's settings (default: configs/agent.yaml)")
     e2e.add_argument("--s5-model", type=Path, default=None)
     e2e.add_argument("--t5-model", type=Path, default=None)
     e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",

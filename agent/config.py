@@ -31,6 +31,7 @@ class LLMSettings:
     keep_alive: str = "30m"  # how long Ollama keeps the model loaded after a turn
     openai_url: str | None = None  # under $OPENAI_BASE_URL, over http://localhost:8000/v1 (see `url`)
     openai_model: str | None = None  # the name the OpenAI-compatible server knows the model by
+    max_tokens: int | None = None  # openai: the most tokens a reply may take (None: the server's limit)
 
     @property
     def host(self) -> str:

@@ -40,13 +40,14 @@ def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path 
 
 
 async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m",
-                   openai_url: str | None = None, openai_model: str | None = None) -> LLMBackend:
+                   openai_url: str | None = None, openai_model: str | None = None,
+                   max_tokens: int | None = None) -> LLMBackend:
     """auto: Ollama if it answers with the model pulled, else the embedded model (saying which); openai: the
     OpenAI-compatible server at openai_url."""
     if kind == "openai":
         from llm.openai_backend import DEFAULT_URL, OpenAILLM
 
-        llm = OpenAILLM(openai_model or "", openai_url or DEFAULT_URL)
+        llm = OpenAILLM(openai_model or "", openai_url or DEFAULT_URL, max_tokens=max_tokens)
         try:
             await llm.warm_up()
         except LLMError:
@@ -270,12 +271,13 @@ def soak_summary(result: ReplayResult, warmup_fraction: float = 0.1) -> dict:
 
 async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], mode: str, out_dir: Path | None,
                  synthesis: SynthesisConfig | None = None, pace: bool = False, progress=None,
-                 save_wavs: bool = True) -> ReplayResult:
-    """Every turn of the script through the real orchestrator; one WAV per turn, records in latency.jsonl."""
+                 save_wavs: bool = True, llm: LLMBackend | None = None) -> ReplayResult:
+    """Every turn of the script through the real orchestrator; one WAV per turn, records in latency.jsonl. With
+    `llm`, the user lines go to that live LLM instead of replaying the script's answers."""
     rate = next(iter(bundles.values())).codec.sample_rate
     sink = WavSink(rate, out_dir / "turn.wav" if out_dir else "turn.wav", pace=pace) if out_dir else ClockSink(rate, pace=pace)
     records_path = out_dir / "latency.jsonl" if out_dir else None
-    agent = Agent(ReplayLLM(script), bundles, sink, AgentConfig(tts_mode=mode, synthesis=synthesis or SynthesisConfig(),
+    agent = Agent(llm or ReplayLLM(script), bundles, sink, AgentConfig(tts_mode=mode, synthesis=synthesis or SynthesisConfig(),
                                                                  records_path=records_path))
     records, wavs, rss = [], [], []
     task = progress.add_task(f"{script.name} ({mode})", total=len(script.turns)) if progress else None
@@ -348,20 +350,22 @@ def summarize_records(records: list[TurnRecord]) -> dict:
 
 
 async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: tuple[str, ...] = MODES,
-                    seed: int = 0, progress=None, barge_in_output: str = "null") -> dict:
-    """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike."""
+                    seed: int = 0, progress=None, barge_in_output: str = "null", llm: LLMBackend | None = None) -> dict:
+    """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike.
+    With a live `llm` each mode asks it the script's user lines itself (the replies, and their timing, differ)."""
     by_mode: dict[str, list[TurnRecord]] = {m: [] for m in modes}
     task = progress.add_task("bench e2e", total=len(script.turns) * len(modes)) if progress else None
     for i, turn in enumerate(script.turns):
         single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
         for mode in modes:
-            result = await replay(single, bundles, mode, None, SynthesisConfig(seed=seed + i))
+            result = await replay(single, bundles, mode, None, SynthesisConfig(seed=seed + i), llm=llm)
             for record in result.records:
                 record.turn = i + 1  # the script's turn, not the one-turn replay's
             by_mode[mode] += result.records
             if progress:
                 progress.advance(task)
-    out: dict = {"script": script.name, "first_token_ms": script.first_token_ms, "tokens_per_second": script.tokens_per_second}
+    out: dict = {"script": script.name, "first_token_ms": script.first_token_ms, "tokens_per_second": script.tokens_per_second,
+                 "llm": llm.name if llm else "replay"}
     for mode in modes:
         out[mode] = summarize_records(by_mode[mode])
     if "s5" in modes:
