@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tts.cli import STRETCH_HELP, VOCODER_HELP, err, notice, print_result, progress_bar
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
 

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from audio_io.wav import resample
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 ASR_RATE = 16000
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 from .echo import PlaybackLevels
 from .levels import first_audible_sample

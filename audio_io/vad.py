@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 VAD_RATE = 16000
 BLOCK = 512  # samples per VAD step at 16 kHz (32 ms): the model's own window

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from scipy.signal import resample_poly
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 SAMPLE_RATE = 22050  # the TTS's rate; WAVs read from bytes are brought to it
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Protocol
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 
 @dataclass

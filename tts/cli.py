@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 err = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
 

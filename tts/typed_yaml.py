@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 
 class ConfigError(UserError):

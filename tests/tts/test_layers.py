@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RANK = {"paths": 0, "errors": 0, "cli": 1, "model": 1, "frontend": 2, "codec": 2, "inference": 3, "data": 4, "eval": 5, "training": 6}
+RANK = {"paths": 0, "typed_yaml": 0, "cli": 1, "model": 1, "frontend": 2, "codec": 2, "inference": 3, "data": 4, "eval": 5, "training": 6}
 
 
 def _tts_imports(path: Path) -> list[tuple[int, str]]:

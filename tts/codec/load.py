@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tts.codec.base import Codec
 from tts.codec.mel_codec import MelCodec
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.paths import ASSETS, repo_path
 
 __all__ = ["Codec", "load_codec", "resolve_codec_dir"]

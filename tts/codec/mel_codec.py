@@ -29,7 +29,7 @@ from tts.codec.streaming_conv import (
     aligned_sum,
 )
 from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 
 @dataclass

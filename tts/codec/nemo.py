@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 
 class NemoCodec:

@@ -33,7 +33,7 @@ from tts.codec.streaming_conv import (
     aligned_sum,
     native_bf16,
 )
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.paths import repo_path
 
 LRELU_SLOPE = 0.1

@@ -11,7 +11,7 @@ import numpy as np
 from tts.codec.load import Codec
 from tts.data.corpus import read_manifest
 from tts.data.features import corpus_codes
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.frontend.g2p import G2P
 
 SHARD_SIZE = 500

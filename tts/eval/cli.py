@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from tts.cli import STRETCH_HELP, notice, print_result, progress_bar, read_sentences
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.paths import CONFIGS
 
 DEFAULT_CODEC_MANIFEST = Path("corpus/test.jsonl")

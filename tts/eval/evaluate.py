@@ -13,7 +13,7 @@ import torch
 
 from tts.data.corpus import read_manifest
 from tts.data.voices import SAMPLE_RATE, VOICES
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.eval.metrics import distillmos, dnsmos, error_rates, speaker_similarity, transcribe
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import speak

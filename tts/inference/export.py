@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.frontend.g2p import SymbolTable
 from tts.model.config import ModelConfig, from_dict
 from tts.model.s5tts import S5TTS

@@ -17,7 +17,7 @@ from typing import AsyncIterator
 
 import torch
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.inference.schedule import (  # noqa: F401  (re-exported: the engine's public names)
     DEFAULT_MAX_STRETCH,
     MAX_OPENING_HOLD_S,

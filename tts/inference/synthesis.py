@@ -18,7 +18,7 @@ import torch
 
 from tts.codec.base import Codec, held_back_frames
 from tts.codec.load import load_codec
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
 from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step

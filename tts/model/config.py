@@ -7,7 +7,7 @@ from math import prod as np_prod
 from pathlib import Path
 from typing import Any
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.paths import CONFIGS
 from tts.typed_yaml import build, read_yaml
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tts.data.tokens import TokenizedUtterance, load_tokenized
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.inference.export import load_exported
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, synthesize_text
 from tts.model.losses import masked_mean

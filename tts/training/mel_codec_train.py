@@ -13,7 +13,7 @@ import torch
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel, mel_codec_loss
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 
 def random_segments(features: list[np.ndarray], count: int, length: int, rng: np.random.Generator) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from tts.data.tokens import TokenizedUtterance, load_tokenized, tokens_codec_dir
-from tts.errors import UserError
+from audio_io.errors import UserError
 from tts.frontend.g2p import SymbolTable
 from tts.inference.export import export_weights, load_exported
 from tts.model.batch import Batch, Example, collate

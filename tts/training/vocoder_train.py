@@ -24,7 +24,7 @@ from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Generator, Vocoder, VocoderConfig, load_vocoder
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 STFT_RESOLUTIONS = [(512, 128), (1024, 256), (2048, 512)]  # (n_fft, hop)
 

@@ -11,7 +11,7 @@ from tts.codec import mel
 from tts.codec.load import load_codec
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
 from tts.codec.vocoder import Vocoder
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from audio_io.wav import read_wav
 from tts.codec import mel
 from tts.codec.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum, native_bf16
 from tts.codec.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
-from tts.errors import UserError
+from audio_io.errors import UserError
 
 FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 

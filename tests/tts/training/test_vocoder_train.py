@@ -152,7 +152,7 @@ def test_a_campaign_resumes_from_its_committed_snapshot_on_a_fresh_machine(corpu
 
 
 def test_a_campaign_recipe_is_typed_and_unknown_keys_are_refused(tmp_path):
-    from tts.errors import UserError
+    from audio_io.errors import UserError
     from tts.training.vocoder_campaign import load_campaign_config
 
     good = tmp_path / "good.yaml"
