@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agent.bench import cli as bench_cli
+from agent.chat import add_llm_arguments
+from agent.serve import cli as serve_cli
 from tts.cli import STRETCH_HELP, VOCODER_HELP, err, notice, print_result, progress_bar
 from audio_io.errors import UserError
 from tts.eval import cli as eval_cli
@@ -23,7 +26,7 @@ def _chat(args: argparse.Namespace) -> int:
     from agent.config import load_agent_settings
     from agent.logs import log_to_file
     from agent.orchestrator import AgentConfig
-    from agent.session import chat, load_bundles, pick_llm
+    from agent.chat import chat, llm_from_args, load_bundles
     from audio_io.sinks import WavSink, open_sink
 
     settings = load_agent_settings(args.config)
@@ -45,11 +48,7 @@ def _chat(args: argparse.Namespace) -> int:
     console = Console()
 
     async def run() -> int:
-        llm = await pick_llm(args.llm or settings.llm.backend, args.ollama_model or settings.llm.ollama_model,
-                             args.ollama_host or settings.llm.host, say=lambda m: err.print(f"[green]{m}[/]"),
-                             openai_url=args.llm_url or settings.llm.url,
-                             openai_model=args.llm_model or settings.llm.openai_model, max_tokens=settings.llm.max_tokens,
-                             keep_alive=settings.llm.keep_alive)
+        llm = await llm_from_args(args, settings.llm, say=lambda m: err.print(f"[green]{m}[/]"))
         listener = microphone = None
         if args.voice or settings.audio.voice:
             from agent.listen import Listener
@@ -85,7 +84,8 @@ def _replay(args: argparse.Namespace) -> int:
 
     from agent.config import load_agent_settings
     from agent.logs import log_to_file
-    from agent.session import load_bundles, replay, soak_summary
+    from agent.chat import load_bundles
+    from agent.replay import replay, soak_summary
     from llm.replay import ReplayScript
 
     script = ReplayScript.load(args.script)
@@ -112,146 +112,13 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from agent.config import load_agent_settings
-    from agent.server import ServeConfig, create_app
-    from agent.session import load_bundles
-
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
-        notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
-    import torch
-
-    torch.set_num_threads(args.threads)
-    llm_settings = load_agent_settings(args.config).llm  # the chat's settings, in the same order (flag first)
-    bundles = load_bundles(["s5", "t5"], vocoder=args.vocoder)
-    llm_factory = None
-    if args.llm == "embedded":
-        from llm.embedded import EmbeddedLLM
-
-        llm_factory = EmbeddedLLM  # each conversation its own (the model is not safe to share between sessions)
-    elif args.llm == "ollama":
-        from llm.ollama_backend import OllamaLLM
-
-        llm_factory = lambda: OllamaLLM(args.ollama_model or llm_settings.ollama_model,  # noqa: E731
-                                        args.ollama_host or llm_settings.host, keep_alive=llm_settings.keep_alive)
-    elif args.llm == "openai":
-        from llm.openai_backend import OpenAILLM
-
-        llm_factory = lambda: OpenAILLM(args.llm_model or llm_settings.openai_model or "",  # noqa: E731
-                                        args.llm_url or llm_settings.url, max_tokens=llm_settings.max_tokens)
-    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
-                                          batch_decode=not args.no_batch), llm_factory)
-    err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
-    try:
-        web.run_app(app, host=args.host, port=args.port, print=None)
-    except OSError as error:  # port taken, address not ours
-        raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from error
-    return 0
-
-
-def _bench_serve(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from agent.serve_bench import bench_serve
-    from agent.session import load_bundles
-    from tts.eval.stream_bench import load_sentences
-
-    try:
-        counts = [int(n) for n in args.sessions.split(",") if n.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise UserError(f"--sessions {args.sessions}: comma-separated counts of at least 1, e.g. 1,2,4")
-    import torch
-
-    torch.set_num_threads(args.threads)
-    sentences = load_sentences(args.sentences)[: args.limit]
-    with progress_bar() as progress:
-        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
-                                         batch_decode=not args.no_batch))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for run in result["runs"]:
-            Console().print(run)
-    return 0
-
-
-def _bench_voice(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from agent.session import DEFAULT_BENCH_SCRIPT, load_bundles
-    from agent.voice_bench import bench_voice
-    from llm.replay import ReplayScript
-
-    script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
-    if args.limit:
-        script.turns = script.turns[: args.limit]
-    bundles = load_bundles(["s5", "t5", "sentence"])
-    with progress_bar() as progress:
-        result = asyncio.run(bench_voice(script, bundles, progress=progress))
-    print_result(result, args.json, "voice to voice")
-    return 0
-
-
-def _bench_e2e(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from agent.session import DEFAULT_BENCH_SCRIPT, bench_e2e, load_bundles
-    from llm.replay import ReplayScript
-
-    script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
-    if args.first_token_ms is not None:
-        script.first_token_ms = args.first_token_ms
-    if args.tokens_per_second is not None:
-        script.tokens_per_second = args.tokens_per_second
-    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=args.vocoder)
-
-    async def run(progress) -> dict:
-        llm = None
-        if args.llm != "replay":  # a live LLM: the chat's settings, flags first
-            from agent.config import load_agent_settings
-            from agent.session import pick_llm
-
-            settings = load_agent_settings(args.config).llm
-            llm = await pick_llm(args.llm, args.ollama_model or settings.ollama_model, args.ollama_host or settings.host,
-                                 say=lambda m: err.print(f"[green]{m}[/]"), keep_alive=settings.keep_alive,
-                                 openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
-                                 max_tokens=settings.max_tokens)
-        try:
-            return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm)
-        finally:
-            if llm is not None:
-                await llm.close()
-
-    with progress_bar() as progress:
-        result = asyncio.run(run(progress))
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    table = Table(title=f"E2E latency, replayed LLM ({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)")
-    for column in ("mode", "RTF", "first chunk p50 (ms)", "E2E p50 (ms)", "E2E p95 (ms)", "first chunk after request p50 (ms)", "underruns"):
-        table.add_column(column, justify="right")
-    for mode in ("s5", "t5", "sentence"):
-        m = result[mode]
-        table.add_row(mode, str(m["rtf"]), str(m["first_chunk_ms_p50"]), str(m["e2e_p50_ms"]), str(m["e2e_p95_ms"]),
-                      str(m["e2e_chunk_p50_ms"]), str(m["underruns"]))
-    Console().print(table)
-    Console().print(f"E2E ratio S5 / T5: {result.get('ratio_e2e_s5_over_t5')}")
-    if "barge_in" in result:
-        b = result["barge_in"]
-        Console().print(f"barge-in (s5, interrupted {b['after_first_audible_ms']:.0f} ms after the first sound): silent after "
-                        f"{b['ms_p50']} ms p50, {b['ms_p95']} ms p95 ({b['turns']} turns)")
-    return 0
-
-
 def _data_replies(args: argparse.Namespace) -> int:
-    from agent.replies import write_replies
+    from llm.embedded import EmbeddedLLM
+    from tts.data.replies import write_replies
 
+    llm = EmbeddedLLM(seed=args.seed, max_tokens=60)
     with progress_bar() as progress:
-        n = write_replies(args.out, args.count, args.seed, progress)
+        n = write_replies(args.out, llm.complete, args.count, args.seed, progress)
     err.print(f"{n} speakable reply sentences in {args.out}")
     return 0
 
@@ -309,16 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = commands.add_parser("chat", help="terminal voice chat (Ollama if reachable, else the embedded LLM)")
-    chat.add_argument("--llm", choices=["auto", "ollama", "openai", "embedded"], default=None,
-                      help="openai: an OpenAI-compatible server (vLLM, TGI, llama.cpp, LM Studio, a hosted API)")
-    chat.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL (default: $OPENAI_BASE_URL, "
-                      "configs/agent.yaml's llm.openai_url, http://localhost:8000/v1); key from OPENAI_API_KEY")
-    chat.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
+    add_llm_arguments(chat, ["auto", "ollama", "openai", "embedded"], None)
     chat.add_argument("--tts", choices=["s5", "t5", "sentence"], default=None)
     chat.add_argument("--out", type=Path, default=None, help="write each turn as a WAV (and latency.jsonl) here instead of playing")
-    chat.add_argument("--ollama-model", default=None)
-    chat.add_argument("--ollama-host", default=None)
-    chat.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
     chat.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (default: configs/agent.yaml's tts.vocoder)")
     chat.add_argument("--voice", action="store_true", help="also listen to the microphone (VAD + Whisper); typing still works")
     chat.set_defaults(func=_chat)
@@ -334,24 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
     rep.set_defaults(func=_replay)
 
-    serve = commands.add_parser("serve", help="streaming speech server: GET /health, POST /v1/audio/speech (OpenAI-style)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
-    serve.add_argument("--max-sessions", type=int, default=4, help="requests and conversations at once; more get a 503")
-    serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
-    serve.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (a request may ask for another)")
-    serve.add_argument("--no-batch", action="store_true",
-                       help="each session steps its own decoder (default: all sessions' steps in one batched pass)")
-    serve.add_argument("--llm", choices=["embedded", "ollama", "openai", "none"], default="embedded",
-                       help="the LLM of /ws conversations (none: speech endpoint only)")
-    serve.add_argument("--ollama-model", default=None)
-    serve.add_argument("--ollama-host", default=None)
-    serve.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL")
-    serve.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
-    serve.add_argument("--config", type=Path, default=None, help="agent YAML for the LLM settings (default: configs/agent.yaml)")
-    serve.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1: concurrent sessions then share the cores instead of oversubscribing them; measured with 2 sessions on 2 cores: 0 underruns at 1 thread, 2 at 2)")
-    serve.set_defaults(func=_serve)
+    serve_cli.register(commands)
 
     data = commands.add_parser("data", help="offline speech data")
     data_kinds = data.add_subparsers(dest="kind_", required=True)
@@ -379,40 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmarks")
     bench_kinds = bench.add_subparsers(dest="kind", required=True)
     eval_cli.register(commands, bench_kinds)
-    e2e = bench_kinds.add_parser("e2e", help="S5 vs T5 vs sentence mode on one replayed LLM stream (the paper's Table 4)")
-    e2e.add_argument("--json", action="store_true")
-    e2e.add_argument("--script", type=Path, default=None, help="replay YAML (default: examples/bench_e2e.yaml)")
-    e2e.add_argument("--first-token-ms", type=float, default=None)
-    e2e.add_argument("--tokens-per-second", type=float, default=None)
-    e2e.add_argument("--vocoder", default=None, help=VOCODER_HELP)
-    e2e.add_argument("--llm", choices=["replay", "ollama", "openai", "embedded"], default="replay",
-                     help="replay: the script's answers at a fixed pace (default, comparable run to run); otherwise a live "
-                     "LLM answers the script's user lines")
-    e2e.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL")
-    e2e.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
-    e2e.add_argument("--ollama-model", default=None)
-    e2e.add_argument("--ollama-host", default=None)
-    e2e.add_argument("--config", type=Path, default=None, help="agent YAML for a live LLM's settings (default: configs/agent.yaml)")
-    e2e.add_argument("--s5-model", type=Path, default=None)
-    e2e.add_argument("--t5-model", type=Path, default=None)
-    e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
-                     help="time barge-in on the simulated player (default) or through the sound card")
-    e2e.set_defaults(func=_bench_e2e)
-    serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
-    serve_bench.add_argument("--sessions", default="1,2,4,8")
-    serve_bench.add_argument("--vocoder", default=None, help=VOCODER_HELP)
-    serve_bench.add_argument("--no-batch", action="store_true", help="each session steps its own decoder (the comparison)")
-    serve_bench.add_argument("--json", action="store_true")
-    serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
-    serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")
-    serve_bench.add_argument("--limit", type=int, default=6, help="sentences per client")
-    serve_bench.add_argument("--threads", type=int, default=1, help="torch threads (as s5 serve)")
-    serve_bench.set_defaults(func=_bench_serve)
-    voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
-    voice.add_argument("--json", action="store_true")
-    voice.add_argument("--script", type=Path, default=None, help="replay YAML whose user lines are spoken (default: examples/bench_e2e.yaml)")
-    voice.add_argument("--limit", type=int, default=None, help="questions used")
-    voice.set_defaults(func=_bench_voice)
+    bench_cli.register(bench_kinds)
     return parser
 
 

@@ -139,6 +139,13 @@ class EmbeddedLLM:
     async def warm_up(self) -> None:
         await asyncio.to_thread(self._load)
 
+    def complete(self, user_text: str) -> str:
+        """One whole reply to one question, in this thread (corpus text: `tts/data/replies.py`)."""
+        result = self._load().create_completion(build_prompt([{"role": "user", "content": user_text}]),
+                                                max_tokens=self.max_tokens, temperature=self.temperature,
+                                                top_p=self.top_p, stop=STOP)
+        return result["choices"][0]["text"]
+
     async def stream(self, messages: list[dict]) -> AsyncIterator[Piece]:
         self.stats = StreamStats(backend="embedded", model="gemma-3-270m Q4_K_M")
         llm = await asyncio.to_thread(self._load)

@@ -2,6 +2,7 @@
 and answers a chat turn from a folder far from the checkout (weights, configs and examples come with the wheel)."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,8 +16,11 @@ pytestmark = pytest.mark.slow  # builds a 50 MB wheel and loads the voice and th
 
 
 def test_a_wheel_installed_elsewhere_speaks_and_chats(tmp_path):
-    wheels, venv, elsewhere = tmp_path / "wheels", tmp_path / "venv", tmp_path / "elsewhere"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+    wheels, venv, elsewhere, source = tmp_path / "wheels", tmp_path / "venv", tmp_path / "elsewhere", tmp_path / "src"
+    # built from a copy: an in-tree build leaves build/ behind, whose stale modules a later wheel would carry
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "runs", "corpus", "*.egg-info",
+                                                                 "replay_out", "__pycache__", "vocoder_gan", "tokens"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                             "-q", "-w", str(wheels)], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert build.returncode == 0, build.stderr[-800:]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.server import ServeConfig, create_app
+from agent.serve.server import ServeConfig, create_app
 from llm.replay import ReplayLLM, ReplayScript
 
 

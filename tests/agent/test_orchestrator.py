@@ -168,7 +168,7 @@ def test_a_bug_in_one_turn_ends_that_turn_only(bundles, monkeypatch, caplog):
 
 def test_soak_summary_reports_memory_growth_and_latency_drift():
     from agent.records import TurnRecord
-    from agent.session import ReplayResult, soak_summary
+    from agent.replay import ReplayResult, soak_summary
 
     records = []
     for i in range(40):
@@ -203,7 +203,7 @@ def test_a_turn_started_on_a_guess_is_silent_until_confirmed_and_a_retracted_one
     import time
 
     from agent.listen import HeardLine, SpeechResumed
-    from agent.session import SpokenTurns
+    from agent.chat import SpokenTurns
 
     agent, sink = make_agent(bundles, [("Is it raining?", "No, it is dry today."), ("Is it raining in Oslo?", "Yes, a little.")])
     spoken = SpokenTurns(agent, full_duplex=True)
@@ -240,7 +240,7 @@ def test_a_final_line_of_another_span_replaces_the_guess(bundles):
     import time
 
     from agent.listen import HeardLine
-    from agent.session import SpokenTurns
+    from agent.chat import SpokenTurns
 
     agent, sink = make_agent(bundles, [("Is it", "Yes."), ("Is it raining today", "No.")])
     spoken = SpokenTurns(agent, full_duplex=False)

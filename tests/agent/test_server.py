@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.server import SESSIONS, ServeConfig, create_app
+from agent.serve.server import SESSIONS, ServeConfig, create_app
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_two_requests_at_once_get_their_own_audio(bundles):
 
 
 def test_bench_serve_reports_each_session_count(bundles):
-    from agent.serve_bench import bench_serve
+    from agent.bench.serve import bench_serve
 
     result = asyncio.run(bench_serve(bundles, ["Hello there.", "How are you today?"], [1, 2]))
     assert [r["sessions"] for r in result["runs"]] == [1, 2] and result["batch_decode"]

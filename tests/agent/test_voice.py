@@ -2,7 +2,7 @@
 in every mode by the (tiny random) TTS; the voice-to-voice figures that `s5 bench voice` reports."""
 import asyncio
 
-from agent.voice_bench import bench_voice
+from agent.bench.voice import bench_voice
 from llm.replay import ReplayScript
 
 

@@ -174,7 +174,7 @@ def test_speaking_over_the_answer_interrupts_it_through_pulseaudio(pulse, tmp_pa
     and 40 of 101 against a voice 1.6 dB louder (simulated on the levels, 2026-12-02), so CI failed by chance;
     at -10 dB it passes at every start time for both."""
     from agent.listen import Listener
-    from agent.session import SpokenTurns
+    from agent.chat import SpokenTurns
     from audio_io.capture import Microphone
     from audio_io.echo import EchoGate
     from audio_io.sinks import DeviceSink

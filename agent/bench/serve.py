@@ -11,8 +11,8 @@ import numpy as np
 from audio_io.sinks import ClockSink
 from tts.inference.synthesis import TTSBundle
 
-from .server import ServeConfig, create_app
-from .session import pct
+from agent.serve.server import ServeConfig, create_app
+from tts.eval.stream_bench import percentile as pct
 
 
 async def _client(session, url: str, sentences: list[str], model: str) -> dict:

@@ -37,8 +37,8 @@ from tts.inference.batching import DecodeBatcher
 from tts.inference.streaming import MODES, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
-from .listen import HeardLine, Listener
-from .orchestrator import Agent, AgentConfig
+from agent.listen import HeardLine, Listener
+from agent.orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
 VOCODERS = ("default", "universal", "fast")  # POST /v1/audio/speech "vocoder": the server's (`s5 serve --vocoder`,

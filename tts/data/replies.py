@@ -1,12 +1,12 @@
-"""Conversational replies written by the embedded LLM, as training text for the voice (`s5 data replies`): an LLM
-voice agent speaks replies, not fortune cookies, so the corpus should hold some."""
+"""Conversational replies written by an LLM, as training text for the voice (`s5 data replies`, with the embedded
+Gemma): an LLM voice agent speaks replies, not fortune cookies, so the corpus should hold some. The LLM comes in as
+a function (question -> reply), so this package needs no LLM package."""
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
-
-from llm.embedded import STOP, EmbeddedLLM, build_prompt
 
 TOPICS = [
     "cooking pasta", "the weather this weekend", "learning to play the guitar", "saving money", "a trip to Japan",
@@ -40,10 +40,9 @@ def speakable_reply_sentences(reply: str, min_words: int = 3, max_words: int = 3
     return [s for s in sentences if min_words <= len(s.split()) <= max_words and s[-1:] in ".!?" and SPEAKABLE.fullmatch(s)]
 
 
-def write_replies(out: Path, count: int = 400, seed: int = 0, progress=None) -> int:
-    """Ask the embedded LLM `count` questions; append every new speakable sentence of its replies to `out` (one per
-    line; what the file holds already is kept, so a run resumes). Returns the number of sentences in the file."""
-    llm = EmbeddedLLM(seed=seed, max_tokens=60)._load()
+def write_replies(out: Path, reply: Callable[[str], str], count: int = 400, seed: int = 0, progress=None) -> int:
+    """Ask `reply` `count` questions; append every new speakable sentence of its replies to `out` (one per line;
+    what the file holds already is kept, so a run resumes). Returns the number of sentences in the file."""
     existing = [l.strip() for l in out.read_text().splitlines()] if out.exists() else []
     seen = {l for l in existing if l and not l.startswith("#")}
     prompts = user_prompts(count, seed)
@@ -52,9 +51,7 @@ def write_replies(out: Path, count: int = 400, seed: int = 0, progress=None) -> 
         if not existing:
             f.write("# Conversational replies written by the embedded Gemma 3 270M (`s5 data replies`): corpus text\n")
         for prompt in prompts:
-            text = llm.create_completion(build_prompt([{"role": "user", "content": prompt}]), max_tokens=60,
-                                         temperature=0.7, top_p=0.9, stop=STOP)["choices"][0]["text"]
-            for sentence in speakable_reply_sentences(text):
+            for sentence in speakable_reply_sentences(reply(prompt)):
                 if sentence not in seen:
                     seen.add(sentence)
                     f.write(sentence + "\n")

@@ -27,10 +27,11 @@ from tts.data.voices import SAMPLE_RATE, VOICES
 from tts.inference.streaming import MODES
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
-from .listen import HeardLine, Listener
-from .orchestrator import Agent, AgentConfig
-from .records import TurnRecord
-from .session import SpokenTurns, pct
+from agent.chat import SpokenTurns
+from agent.listen import HeardLine, Listener
+from agent.orchestrator import Agent, AgentConfig
+from agent.records import TurnRecord
+from tts.eval.stream_bench import percentile as pct
 
 QUESTION_VOICES = ("flite_kal", "festival_ked", "flite_awb", "festival_slt_hts")
 

@@ -1,28 +1,25 @@
-"""What the `s5 chat`, `s5 replay` and `s5 bench e2e` commands run."""
+"""`s5 chat`: the voices and the LLM it runs, the chat loop, and turn-taking for spoken input."""
 from __future__ import annotations
 
 import asyncio
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 
-from audio_io.sinks import ClockSink, WavSink
+from agent.listen import HeardLine, Listener, SpeechResumed, UserSpeaking
+from agent.orchestrator import Agent, AgentConfig
+from audio_io.sinks import WavSink
 from llm.base import LLMBackend, LLMError
-from llm.replay import ReplayLLM, ReplayScript
-from tts.inference.streaming import MODES, load_bundle
-from tts.inference.synthesis import SynthesisConfig, TTSBundle
-from tts.paths import EXAMPLES
+from tts.inference.streaming import load_bundle
+from tts.inference.synthesis import TTSBundle
 
-from .listen import HeardLine, Listener, SpeechResumed, UserSpeaking
-from .orchestrator import Agent, AgentConfig
-from .records import TurnRecord
-
-DEFAULT_BENCH_SCRIPT = EXAMPLES / "bench_e2e.yaml"
+if TYPE_CHECKING:
+    from agent.config import LLMSettings
 
 
 def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path | None = None,
@@ -37,6 +34,26 @@ def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path 
             cache[key] = load_bundle(mode, s5_model if key == "s5" else t5_model, vocoder=vocoder)
         bundles[mode] = cache[key]
     return bundles
+
+
+def add_llm_arguments(parser, choices: list[str], default: str | None) -> None:
+    """The LLM flags `s5 chat`, `s5 serve` and `s5 bench e2e` share; `llm_from_args` reads them."""
+    parser.add_argument("--llm", choices=choices, default=default,
+                        help="openai: an OpenAI-compatible server (vLLM, TGI, llama.cpp, LM Studio, a hosted API)")
+    parser.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL (default: $OPENAI_BASE_URL, "
+                        "configs/agent.yaml's llm.openai_url, http://localhost:8000/v1); key from OPENAI_API_KEY")
+    parser.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
+    parser.add_argument("--ollama-model", default=None)
+    parser.add_argument("--ollama-host", default=None)
+    parser.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
+
+
+async def llm_from_args(args, settings: "LLMSettings", say=print) -> LLMBackend:
+    """The LLM the flags ask for, each setting in the documented order (flag, environment, file, default)."""
+    return await pick_llm(args.llm or settings.backend, args.ollama_model or settings.ollama_model,
+                          args.ollama_host or settings.host, say=say, keep_alive=settings.keep_alive,
+                          openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
+                          max_tokens=settings.max_tokens)
 
 
 async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m",
@@ -82,7 +99,6 @@ async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, ke
     return llm
 
 
-# ---- chat ----------------------------------------------------------------------------------------------------
 async def chat(llm: LLMBackend, bundles: dict[str, TTSBundle], sink, config: AgentConfig, console: Console,
                out_dir: Path | None, listener: Listener | None = None) -> int:
     """Type a line (or, with a listener, say it), hear the answer. A line typed while the agent speaks interrupts
@@ -226,150 +242,3 @@ class SpokenTurns:
         when the task starts, so a confirmation that comes first is never missed)."""
         guess = self.guess if heard is not None and heard.guess else None
         return await self.agent.run_turn(user, heard=heard, held=guess is not None and not guess.confirmed)
-
-
-# ---- replay and the e2e benchmark ----------------------------------------------------------------------------
-@dataclass
-class ReplayResult:
-    script: str
-    mode: str
-    records: list[TurnRecord]
-    wavs: list[Path]
-    rss_mb: list[float]  # resident memory after each turn
-
-
-def resident_mb() -> float:
-    """This process's resident memory now (Linux /proc; 0 elsewhere)."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    import os
-
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def soak_summary(result: ReplayResult, warmup_fraction: float = 0.1) -> dict:
-    """Long replays: does latency drift or memory grow once warm? Compares the first and last quarter of the
-    turns after warm-up (the first 10%, at least 5 turns)."""
-    warm = max(5, round(warmup_fraction * len(result.records)))
-    records, rss = result.records[warm:], result.rss_mb[warm - 1 :]
-    if len(records) < 8:
-        return {"turns": len(result.records), "note": "too few turns after warm-up for a soak figure"}
-    quarter = len(records) // 4
-    early = pct([r.e2e_ms for r in records[:quarter] if r.e2e_ms is not None], 50)
-    late = pct([r.e2e_ms for r in records[-quarter:] if r.e2e_ms is not None], 50)
-    return {
-        "turns": len(result.records), "warmup_turns": warm,
-        "rss_mb_after_warmup": round(rss[0], 1), "rss_mb_end": round(rss[-1], 1), "rss_mb_max": round(max(rss), 1),
-        "rss_growth_pct": round(100 * (rss[-1] - rss[0]) / rss[0], 2) if rss[0] else None,
-        "e2e_p50_ms_first_quarter": early, "e2e_p50_ms_last_quarter": late,
-        "e2e_drift_ms": round(late - early, 1) if early is not None and late is not None else None,
-        "underruns": sum(r.underruns for r in result.records), "errors": sum(bool(r.error) for r in result.records),
-    }
-
-
-async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], mode: str, out_dir: Path | None,
-                 synthesis: SynthesisConfig | None = None, pace: bool = False, progress=None,
-                 save_wavs: bool = True, llm: LLMBackend | None = None) -> ReplayResult:
-    """Every turn of the script through the real orchestrator; one WAV per turn, records in latency.jsonl. With
-    `llm`, the user lines go to that live LLM instead of replaying the script's answers."""
-    rate = next(iter(bundles.values())).codec.sample_rate
-    sink = WavSink(rate, out_dir / "turn.wav" if out_dir else "turn.wav", pace=pace) if out_dir else ClockSink(rate, pace=pace)
-    records_path = out_dir / "latency.jsonl" if out_dir else None
-    agent = Agent(llm or ReplayLLM(script), bundles, sink, AgentConfig(tts_mode=mode, synthesis=synthesis or SynthesisConfig(),
-                                                                 records_path=records_path))
-    records, wavs, rss = [], [], []
-    task = progress.add_task(f"{script.name} ({mode})", total=len(script.turns)) if progress else None
-    for turn in script.turns:
-        records.append(await agent.run_turn(turn.user))
-        if out_dir is not None and save_wavs:
-            wavs.append(sink.save(out_dir / f"{mode}_turn_{len(records):02d}.wav"))
-        elif isinstance(sink, WavSink):
-            sink.clear_recording()
-        rss.append(resident_mb())
-        if progress:
-            progress.advance(task)
-    return ReplayResult(script.name, mode, records, wavs, rss)
-
-
-def pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 1) if values else None
-
-
-async def bench_barge_in(script: ReplayScript, bundle: TTSBundle, after_ms: float = 400.0, seed: int = 0,
-                         progress=None, output: str = "null") -> dict:
-    """Every turn of the script in s5, played in real time and interrupted `after_ms` after its first audible
-    sample: how long from the interruption until the sink is silent. output "device" plays through the sound card
-    (its output latency counts); "null" is the simulated player."""
-    from audio_io.sinks import open_sink
-
-    rate = bundle.codec.sample_rate
-    figures = []
-    device = open_sink("device", rate) if output == "device" else None
-    task = progress.add_task("bench barge-in", total=len(script.turns)) if progress else None
-    for i, turn in enumerate(script.turns):
-        sink = device or ClockSink(rate, pace=True)
-        single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
-        agent = Agent(ReplayLLM(single), {"s5": bundle}, sink, AgentConfig(tts_mode="s5", synthesis=SynthesisConfig(seed=seed + i)))
-        sink.begin_turn()  # no stale stats from the previous turn while this one starts
-        running = asyncio.create_task(agent.run_turn(turn.user))
-        while not running.done() and (sink.stats.first_audible_ns is None
-                                      or time.perf_counter_ns() < sink.stats.first_audible_ns + after_ms * 1e6):
-            await asyncio.sleep(0.005)
-        agent.interrupt()
-        record = await running
-        if record.barge_in_ms is not None:
-            figures.append(record.barge_in_ms)
-        if progress:
-            progress.advance(task)
-    if device is not None:
-        device.close()
-    return {"output": output, "after_first_audible_ms": after_ms, "ms_p50": pct(figures, 50), "ms_p95": pct(figures, 95),
-            "ms_max": max(figures) if figures else None, "turns": len(figures)}
-
-
-def summarize_records(records: list[TurnRecord]) -> dict:
-    e2e = [r.e2e_ms for r in records if r.e2e_ms is not None]
-    chunk = [r.e2e_chunk_ms for r in records if r.e2e_chunk_ms is not None]
-    first_chunk = [(r.first_audio_chunk - r.word_k1_arrived) / 1e6 for r in records
-                   if r.first_audio_chunk is not None and r.word_k1_arrived is not None]
-    over_floor = [r.e2e_minus_floor_ms for r in records if r.e2e_minus_floor_ms is not None]
-    audio = sum(r.audio_s for r in records)
-    compute = sum((r.rtf or 0) * r.audio_s for r in records)
-    return {
-        "e2e_p50_ms": pct(e2e, 50), "e2e_p95_ms": pct(e2e, 95),
-        "e2e_chunk_p50_ms": pct(chunk, 50), "e2e_chunk_p95_ms": pct(chunk, 95),
-        "first_chunk_ms_p50": pct(first_chunk, 50),
-        "e2e_minus_floor_ms_p50": pct(over_floor, 50), "e2e_minus_floor_ms_p95": pct(over_floor, 95),
-        "rtf": round(compute / audio, 3) if audio else None,
-        "underruns": sum(r.underruns for r in records), "underrun_ms": round(sum(r.underrun_ms for r in records), 1),
-        "turns": len(records), "errors": sum(bool(r.error) for r in records),
-        "underrun_turns": [{"turn": r.turn, "user": r.user, "gaps": r.gaps} for r in records if r.underruns],
-    }
-
-
-async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: tuple[str, ...] = MODES,
-                    seed: int = 0, progress=None, barge_in_output: str = "null", llm: LLMBackend | None = None) -> dict:
-    """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike.
-    With a live `llm` each mode asks it the script's user lines itself (the replies, and their timing, differ)."""
-    by_mode: dict[str, list[TurnRecord]] = {m: [] for m in modes}
-    task = progress.add_task("bench e2e", total=len(script.turns) * len(modes)) if progress else None
-    for i, turn in enumerate(script.turns):
-        single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
-        for mode in modes:
-            result = await replay(single, bundles, mode, None, SynthesisConfig(seed=seed + i), llm=llm)
-            for record in result.records:
-                record.turn = i + 1  # the script's turn, not the one-turn replay's
-            by_mode[mode] += result.records
-            if progress:
-                progress.advance(task)
-    out: dict = {"script": script.name, "first_token_ms": script.first_token_ms, "tokens_per_second": script.tokens_per_second,
-                 "llm": llm.name if llm else "replay"}
-    for mode in modes:
-        out[mode] = summarize_records(by_mode[mode])
-    if "s5" in modes:
-        out["barge_in"] = await bench_barge_in(script, bundles["s5"], seed=seed, progress=progress, output=barge_in_output)
-    if "s5" in modes and "t5" in modes and out["s5"]["e2e_p50_ms"] and out["t5"]["e2e_p50_ms"]:
-        out["ratio_e2e_s5_over_t5"] = round(out["s5"]["e2e_p50_ms"] / out["t5"]["e2e_p50_ms"], 3)
-    return out

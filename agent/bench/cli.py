@@ -1,0 +1,136 @@
+"""`s5 bench e2e | serve | voice`: the command lines of the agent's benchmarks."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from agent.chat import add_llm_arguments
+from audio_io.errors import UserError
+from tts.cli import VOCODER_HELP, err, print_result, progress_bar
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.bench.serve import bench_serve
+    from agent.chat import load_bundles
+    from tts.eval.stream_bench import load_sentences
+
+    try:
+        counts = [int(n) for n in args.sessions.split(",") if n.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise UserError(f"--sessions {args.sessions}: comma-separated counts of at least 1, e.g. 1,2,4")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    sentences = load_sentences(args.sentences)[: args.limit]
+    with progress_bar() as progress:
+        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
+                                         batch_decode=not args.no_batch))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for run in result["runs"]:
+            Console().print(run)
+    return 0
+
+
+def _bench_voice(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.bench.e2e import DEFAULT_BENCH_SCRIPT
+    from agent.bench.voice import bench_voice
+    from agent.chat import load_bundles
+    from llm.replay import ReplayScript
+
+    script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
+    if args.limit:
+        script.turns = script.turns[: args.limit]
+    bundles = load_bundles(["s5", "t5", "sentence"])
+    with progress_bar() as progress:
+        result = asyncio.run(bench_voice(script, bundles, progress=progress))
+    print_result(result, args.json, "voice to voice")
+    return 0
+
+
+def _bench_e2e(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent.bench.e2e import DEFAULT_BENCH_SCRIPT, bench_e2e
+    from agent.chat import llm_from_args, load_bundles
+    from llm.replay import ReplayScript
+
+    script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
+    if args.first_token_ms is not None:
+        script.first_token_ms = args.first_token_ms
+    if args.tokens_per_second is not None:
+        script.tokens_per_second = args.tokens_per_second
+    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=args.vocoder)
+
+    async def run(progress) -> dict:
+        llm = None
+        if args.llm != "replay":  # a live LLM: the chat's settings, flags first
+            from agent.config import load_agent_settings
+
+            llm = await llm_from_args(args, load_agent_settings(args.config).llm, say=lambda m: err.print(f"[green]{m}[/]"))
+        try:
+            return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm)
+        finally:
+            if llm is not None:
+                await llm.close()
+
+    with progress_bar() as progress:
+        result = asyncio.run(run(progress))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=f"E2E latency, replayed LLM ({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)")
+    for column in ("mode", "RTF", "first chunk p50 (ms)", "E2E p50 (ms)", "E2E p95 (ms)", "first chunk after request p50 (ms)", "underruns"):
+        table.add_column(column, justify="right")
+    for mode in ("s5", "t5", "sentence"):
+        m = result[mode]
+        table.add_row(mode, str(m["rtf"]), str(m["first_chunk_ms_p50"]), str(m["e2e_p50_ms"]), str(m["e2e_p95_ms"]),
+                      str(m["e2e_chunk_p50_ms"]), str(m["underruns"]))
+    Console().print(table)
+    Console().print(f"E2E ratio S5 / T5: {result.get('ratio_e2e_s5_over_t5')}")
+    if "barge_in" in result:
+        b = result["barge_in"]
+        Console().print(f"barge-in (s5, interrupted {b['after_first_audible_ms']:.0f} ms after the first sound): silent after "
+                        f"{b['ms_p50']} ms p50, {b['ms_p95']} ms p95 ({b['turns']} turns)")
+    return 0
+
+
+def register(bench_kinds) -> None:
+    e2e = bench_kinds.add_parser("e2e", help="S5 vs T5 vs sentence mode on one replayed LLM stream (the paper's Table 4)")
+    e2e.add_argument("--json", action="store_true")
+    e2e.add_argument("--script", type=Path, default=None, help="replay YAML (default: examples/bench_e2e.yaml)")
+    e2e.add_argument("--first-token-ms", type=float, default=None)
+    e2e.add_argument("--tokens-per-second", type=float, default=None)
+    e2e.add_argument("--vocoder", default=None, help=VOCODER_HELP)
+    add_llm_arguments(e2e, ["replay", "ollama", "openai", "embedded"], "replay")  # replay: the script's answers
+    e2e.add_argument("--s5-model", type=Path, default=None)
+    e2e.add_argument("--t5-model", type=Path, default=None)
+    e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
+                     help="time barge-in on the simulated player (default) or through the sound card")
+    e2e.set_defaults(func=_bench_e2e)
+    serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
+    serve_bench.add_argument("--sessions", default="1,2,4,8")
+    serve_bench.add_argument("--vocoder", default=None, help=VOCODER_HELP)
+    serve_bench.add_argument("--no-batch", action="store_true", help="each session steps its own decoder (the comparison)")
+    serve_bench.add_argument("--json", action="store_true")
+    serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
+    serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")
+    serve_bench.add_argument("--limit", type=int, default=6, help="sentences per client")
+    serve_bench.add_argument("--threads", type=int, default=1, help="torch threads (as s5 serve)")
+    serve_bench.set_defaults(func=_bench_serve)
+    voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
+    voice.add_argument("--json", action="store_true")
+    voice.add_argument("--script", type=Path, default=None, help="replay YAML whose user lines are spoken (default: examples/bench_e2e.yaml)")
+    voice.add_argument("--limit", type=int, default=None, help="questions used")
+    voice.set_defaults(func=_bench_voice)

@@ -1,0 +1,62 @@
+"""`s5 serve`: the command line of the streaming speech server (`agent/serve/server.py`)."""
+from __future__ import annotations
+
+import argparse
+
+from agent.chat import add_llm_arguments
+from audio_io.errors import UserError
+from tts.cli import VOCODER_HELP, err, notice
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from agent.config import load_agent_settings
+    from agent.chat import load_bundles
+    from agent.serve.server import ServeConfig, create_app
+
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
+        notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    llm_settings = load_agent_settings(args.config).llm  # the chat's settings, in the same order (flag first)
+    bundles = load_bundles(["s5", "t5"], vocoder=args.vocoder)
+    llm_factory = None
+    if args.llm == "embedded":
+        from llm.embedded import EmbeddedLLM
+
+        llm_factory = EmbeddedLLM  # each conversation its own (the model is not safe to share between sessions)
+    elif args.llm == "ollama":
+        from llm.ollama_backend import OllamaLLM
+
+        llm_factory = lambda: OllamaLLM(args.ollama_model or llm_settings.ollama_model,  # noqa: E731
+                                        args.ollama_host or llm_settings.host, keep_alive=llm_settings.keep_alive)
+    elif args.llm == "openai":
+        from llm.openai_backend import OpenAILLM
+
+        llm_factory = lambda: OpenAILLM(args.llm_model or llm_settings.openai_model or "",  # noqa: E731
+                                        args.llm_url or llm_settings.url, max_tokens=llm_settings.max_tokens)
+    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
+                                          batch_decode=not args.no_batch), llm_factory)
+    err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
+    try:
+        web.run_app(app, host=args.host, port=args.port, print=None)
+    except OSError as error:  # port taken, address not ours
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from error
+    return 0
+
+
+def register(commands) -> None:
+    serve = commands.add_parser("serve", help="streaming speech server: GET /health, POST /v1/audio/speech (OpenAI-style)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
+    serve.add_argument("--max-sessions", type=int, default=4, help="requests and conversations at once; more get a 503")
+    serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
+    serve.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (a request may ask for another)")
+    serve.add_argument("--no-batch", action="store_true",
+                       help="each session steps its own decoder (default: all sessions' steps in one batched pass)")
+    add_llm_arguments(serve, ["embedded", "ollama", "openai", "none"], "embedded")  # /ws conversations; none: speech only
+    serve.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1: concurrent sessions then share the cores instead of oversubscribing them; measured with 2 sessions on 2 cores: 0 underruns at 1 thread, 2 at 2)")
+    serve.set_defaults(func=_serve)
