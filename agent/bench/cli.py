@@ -33,6 +33,10 @@ def _bench_serve(args: argparse.Namespace) -> int:
     with progress_bar() as progress:
         result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
                                          batch_decode=not args.no_batch))
+    if args.plot:
+        from agent.bench.plots import plot_serve
+
+        err.print(f"[green]picture: {plot_serve(result['runs'], args.plot)}[/]")
     if args.json:
         print(json.dumps(result))
     else:
@@ -80,13 +84,19 @@ def _bench_e2e(args: argparse.Namespace) -> int:
 
             llm = await llm_from_args(args, load_agent_settings(args.config).llm, say=lambda m: err.print(f"[green]{m}[/]"))
         try:
-            return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm)
+            return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm,
+                                   records=records)
         finally:
             if llm is not None:
                 await llm.close()
 
+    records: dict = {}
     with progress_bar() as progress:
         result = asyncio.run(run(progress))
+    if args.plot:
+        from agent.bench.plots import plot_e2e
+
+        err.print(f"[green]picture: {plot_e2e(records, args.plot)}[/]")
     if args.json:
         print(json.dumps(result))
         return 0
@@ -118,6 +128,8 @@ def register(bench_kinds) -> None:
     e2e.add_argument("--t5-model", type=Path, default=None)
     e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
                      help="time barge-in on the simulated player (default) or through the sound card")
+    e2e.add_argument("--plot", type=Path, default=None, help="also draw the latency distributions and one turn's "
+                     "timeline per mode into this PNG")
     e2e.set_defaults(func=_bench_e2e)
     serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
     serve_bench.add_argument("--sessions", default="1,2,4,8")
@@ -128,6 +140,8 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")
     serve_bench.add_argument("--limit", type=int, default=6, help="sentences per client")
     serve_bench.add_argument("--threads", type=int, default=1, help="torch threads (as s5 serve)")
+    serve_bench.add_argument("--plot", type=Path, default=None, help="also draw first audible and underruns against "
+                             "sessions into this PNG")
     serve_bench.set_defaults(func=_bench_serve)
     voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
     voice.add_argument("--json", action="store_true")

@@ -72,7 +72,8 @@ def summarize_records(records: list[TurnRecord]) -> dict:
 
 
 async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: tuple[str, ...] = MODES,
-                    seed: int = 0, progress=None, barge_in_output: str = "null", llm: LLMBackend | None = None) -> dict:
+                    seed: int = 0, progress=None, barge_in_output: str = "null", llm: LLMBackend | None = None,
+                    records: dict[str, list[TurnRecord]] | None = None) -> dict:
     """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike.
     With a live `llm` each mode asks it the script's user lines itself (the replies, and their timing, differ)."""
     by_mode: dict[str, list[TurnRecord]] = {m: [] for m in modes}
@@ -90,6 +91,8 @@ async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: 
                  "llm": llm.name if llm else "replay"}
     for mode in modes:
         out[mode] = summarize_records(by_mode[mode])
+    if records is not None:  # the caller keeps every turn's record (`--plot`)
+        records.update(by_mode)
     if "s5" in modes:
         out["barge_in"] = await bench_barge_in(script, bundles["s5"], seed=seed, progress=progress, output=barge_in_output)
     if "s5" in modes and "t5" in modes and out["s5"]["e2e_p50_ms"] and out["t5"]["e2e_p50_ms"]:

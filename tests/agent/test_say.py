@@ -93,10 +93,21 @@ def test_replay_of_hostile_text_completes_every_turn(models):
 
 
 @pytest.mark.slow
-def test_bench_e2e_json(models):
+def assert_a_drawn_png(path, min_width: int = 600, min_height: int = 350) -> None:
+    """A PNG of at least this size whose pixels are not one flat colour."""
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(path)
+    assert pixels.shape[1] >= min_width and pixels.shape[0] >= min_height
+    assert pixels[..., :3].std() > 0.05 and (pixels[..., :3] < 0.5).mean() > 0.005  # lines and text, not blank
+
+
+def test_bench_e2e_json(models, tmp_path):
     result = s5("bench", "e2e", "--json", "--script", "examples/short_answers.yaml", "--first-token-ms", "50",
-                "--tokens-per-second", "200", "--s5-model", str(models / "s5_default"), "--t5-model", str(models / "t5_default"))
+                "--tokens-per-second", "200", "--s5-model", str(models / "s5_default"), "--t5-model", str(models / "t5_default"),
+                "--plot", str(tmp_path / "e2e.png"))
     assert result.returncode == 0, result.stderr[-800:]
+    assert_a_drawn_png(tmp_path / "e2e.png")
     data = json.loads(result.stdout)
     for mode in ("s5", "t5", "sentence"):
         assert data[mode]["turns"] == 3 and "e2e_p50_ms" in data[mode] and "underruns" in data[mode]

@@ -128,7 +128,7 @@ def test_two_requests_at_once_get_their_own_audio(bundles):
         assert len(mixed) == len(single) and np.abs(mixed - single).max() <= 1
 
 
-def test_bench_serve_reports_each_session_count(bundles):
+def test_bench_serve_reports_each_session_count(bundles, tmp_path):
     from agent.bench.serve import bench_serve
 
     result = asyncio.run(bench_serve(bundles, ["Hello there.", "How are you today?"], [1, 2]))
@@ -137,6 +137,10 @@ def test_bench_serve_reports_each_session_count(bundles):
     assert result["streams_real_time"] == max(clean, default=0)
     for run in result["runs"]:
         assert run["errors"] == 0 and run["first_audible_ms_p50"] is not None and run["rtf"] > 0
+    from agent.bench.plots import plot_serve
+    from tests.agent.test_say import assert_a_drawn_png
+
+    assert_a_drawn_png(plot_serve(result["runs"], tmp_path / "serve.png"))
 
 
 def test_a_conversation_over_the_websocket_streams_text_audio_and_records(bundles):
