@@ -159,11 +159,21 @@ def _say(args: argparse.Namespace) -> int:
         sink = WavSink(bundle.codec.sample_rate, args.out, pace=False)
     else:
         sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=notice)
+    units: list = []
+    config = SynthesisConfig(seed=args.seed, trace_attention=bool(args.plot))
     try:
-        result = asyncio.run(speak(bundle, words, args.mode, args.words_per_second, SynthesisConfig(seed=args.seed), sink,
-                                   prompt=prompt, max_stretch=check_max_stretch(args.max_stretch), keep_chunks=False))
+        result = asyncio.run(speak(bundle, words, args.mode, args.words_per_second, config, sink, prompt=prompt,
+                                   max_stretch=check_max_stretch(args.max_stretch), keep_chunks=bool(args.plot),
+                                   traced_units=units))
     finally:
         sink.close()
+    if args.plot:
+        from agent.bench.plots import plot_attention
+        from tts.inference.pipeline import join_chunks
+
+        picture = plot_attention(units, join_chunks(result.chunks), bundle.codec.sample_rate, args.plot,
+                                 bundle.model.config.lookahead_words)
+        err.print(f"[green]picture: {picture}[/]")
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
     where = f" -> {sink.path}" if getattr(sink, "path", None) else ""
     err.print(f"{args.mode}: {result.words} words, {result.audio_s:.2f} s of audio, first audible {audible} after the "
@@ -217,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
     say.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
     say.add_argument("--vocoder", default=None, help=VOCODER_HELP)
+    say.add_argument("--plot", type=Path, default=None, help="also draw the cross-attention (lookahead window marked) and "
+                     "the waveform into this PNG")
     say.set_defaults(func=_say)
 
     bench = commands.add_parser("bench", help="benchmarks")

@@ -84,3 +84,43 @@ def plot_serve(runs: list[dict], path: Path, title: str = "") -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_attention(units: list, audio, sample_rate: int, path: Path, lookahead_words: int | None) -> Path:
+    """Top: the decoder's cross-attention of every step of the first synthesis unit over its text tokens (words
+    marked), with the lookahead window drawn: the tokens that step may attend to (s5: up to word n + k).
+    Bottom: the waveform of the whole utterance."""
+    import numpy as np
+
+    plt = _pyplot()
+    steps = units[0].attention_trace if units else []
+    if not steps:
+        raise ValueError("no attention was traced (SynthesisConfig.trace_attention)")
+    tokens = max(len(s.attention) for s in steps)
+    grid = np.zeros((tokens, len(steps)), np.float32)
+    for i, step in enumerate(steps):
+        grid[: len(step.attention), i] = step.attention
+    word_of_token = max((s.word_of_token for s in steps), key=len)
+    words = units[0].words
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), dpi=110, height_ratios=[2, 1])
+    top.imshow(grid, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+    seen = [int((word_of_token <= s.visible_words).sum()) - 0.5 for s in steps]
+    current = [(np.nonzero(word_of_token == s.word)[0].mean() if (word_of_token == s.word).any() else np.nan) for s in steps]
+    top.step(range(len(steps)), seen, where="mid", color="#4dd0e1", linewidth=1.5, label="lookahead window: the tokens a step may attend to")
+    top.plot(range(len(steps)), current, color="white", linewidth=1, linestyle=":", label="word being spoken")
+    starts = [int(np.argmax(word_of_token == w)) for w in range(1, len(words) + 1) if (word_of_token == w).any()]
+    top.set_yticks(starts, [words[i] for i in range(len(starts))], fontsize=7)
+    top.set_xlabel("decoder step (codec frame)")
+    k = "full context" if lookahead_words is None else f"k = {lookahead_words}"
+    extra = f", first of {len(units)} synthesis units" if len(units) > 1 else ""
+    top.set_title(f"cross-attention over the text ({k}{extra})", fontsize=10)
+    top.legend(loc="upper left", fontsize=8)
+    t = np.arange(len(audio)) / sample_rate
+    bottom.plot(t, audio, linewidth=0.4, color="#1b9e77")
+    bottom.set_xlim(0, max(t[-1] if len(t) else 1.0, 1e-3))
+    bottom.set_xlabel("seconds")
+    bottom.set_title("the waveform (the whole utterance)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

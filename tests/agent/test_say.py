@@ -286,3 +286,10 @@ def test_bench_e2e_behind_an_openai_compatible_server(models, tmp_path):
     assert data["llm"] == "openai"
     for mode in ("s5", "t5", "sentence"):
         assert data[mode]["turns"] == 1 and data[mode]["errors"] == 0 and data[mode]["e2e_p50_ms"]
+
+
+def test_say_plot_draws_the_attention_and_the_waveform(models, tmp_path):
+    result = s5_with_models(models, "say", "Hello there, my good friend.", "--out", str(tmp_path / "a.wav"),
+                            "--plot", str(tmp_path / "attention.png"), "--seed", "1")
+    assert result.returncode == 0, result.stderr[-800:]
+    assert_a_drawn_png(tmp_path / "attention.png")

@@ -332,6 +332,7 @@ class StreamSchedule:
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
         self._unsent_codes: list[torch.Tensor] = []
         self._unsent_frames = 0
+        self.traced_units: list[UtteranceSynthesizer] = []  # with `SynthesisConfig.trace_attention`: every unit
 
     def release(self) -> None:
         """Drop every model state (the driver calls it once no unit runs)."""
@@ -354,6 +355,8 @@ class StreamSchedule:
             config = SynthesisConfig(**{**vars(self.config), "seed": self.config.seed + self._opened})
         self._opened += 1
         unit = UtteranceSynthesizer(self.bundle, config, self.prompt)
+        if config.trace_attention:
+            self.traced_units.append(unit)
         unit.push_words(words)
         if self.mode != "s5":
             unit.end()

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
+from audio_io.errors import UserError
 from tts.codec.base import Codec, held_back_frames
 from tts.codec.load import load_codec
-from audio_io.errors import UserError
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
 from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
@@ -45,6 +46,7 @@ class SynthesisConfig:
     # ignore it. Measured (ninth session, 40 unseen replies): WER 3.25 at 1.0, 2.16 at 2.0; but the second row makes
     # a step slower (rtf +16 %) and the first sound after word 3 55-75 ms instead of 43-48: off by default.
     cfg_scale: float = 1.0
+    trace_attention: bool = False  # keep every step's cross-attention (`UtteranceSynthesizer.attention_trace`): pictures
 
 
 @dataclass
@@ -132,6 +134,15 @@ class TTSBundle:
 WARM_UP_CHUNKS = 8  # codec frames: chunks up to this long are rendered once at load (a vocoder splits longer ones)
 
 
+@dataclass
+class AttentionStep:
+    """One decoder step's cross-attention over the text tokens seen so far, for pictures (`s5 say --plot`)."""
+    attention: np.ndarray  # (tokens,) mean over the alignment heads
+    word_of_token: np.ndarray  # (tokens,) the word each token belongs to (1-based; a prompt's words first)
+    word: int  # the word being generated
+    visible_words: int  # words the step may attend to (s5: up to the word being spoken + k): the window's end
+
+
 class UtteranceSynthesizer:
     def __init__(self, bundle: TTSBundle, config: SynthesisConfig | None = None, prompt: VoicePrompt | None = None):
         self.bundle = bundle
@@ -150,6 +161,7 @@ class UtteranceSynthesizer:
         self.finished = False
         self.frames: list[torch.Tensor] = []  # every generated frame (K,), in order: streaming reads a cursor
         self.generator = torch.Generator().manual_seed(self.config.seed) if self.config.seed is not None else None
+        self.attention_trace: list[AttentionStep] | None = [] if self.config.trace_attention else None
         cap = self.config.max_frames_per_word or round(MAX_WORD_SECONDS * bundle.codec.frame_rate)
         self.max_frames_per_word = cap
         self.word_caps: list[int] = []  # frame cap of every word (the smaller of the two guards)
@@ -253,6 +265,10 @@ class UtteranceSynthesizer:
         attention = out.token_attention[0]
         word_of_token = torch.tensor(self.encoder.word_ids[: len(attention)])
         peak_word = int(word_of_token[int(attention.argmax())])
+        if self.attention_trace is not None:
+            visible = len(self.words) if self.k is None else min(len(self.words), n + self.k)  # M_dec's horizon
+            self.attention_trace.append(AttentionStep(attention.float().numpy().copy(), word_of_token.numpy(),
+                                                      n + self.offset, visible + self.offset))
         frames = len(self.current_frames)
         if frames >= self.word_caps[n - 1]:
             return self._finish_word(capped=True, final=is_last)
