@@ -1,5 +1,5 @@
 """The `s5 serve` page in headless Chromium (Debian's, driven by selenium; no browser download): type a question,
-the page streams the spoken answer through its AudioWorklet and shows the turn's record. A screenshot is kept
+the page streams the spoken answer through its AudioWorklet, shows the turn's record and draws its timeline. A screenshot is kept
 ($S5_ARTIFACTS, else the test's temporary folder)."""
 import asyncio
 import os
@@ -92,6 +92,10 @@ def test_the_page_hears_a_spoken_question_and_speaks_the_answer_in_headless_chro
         assert wait_for(driver, "return typeof player !== 'undefined' && !!player", 20)  # the server said "ready"
         driver.find_element(By.ID, "text").send_keys("hi\n")
         typed = wait_for(driver, "return window.lastRecord || null", 40)
+        inked = driver.execute_script(  # the timeline canvas: pixels drawn after the turn
+            "const c = document.getElementById('timeline'); const d = c.getContext('2d').getImageData(0, 0, c.width, "
+            "c.height).data; let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; "
+            "return [c.dataset.drawn, n, c.width * c.height];")
         driver.execute_script("window.lastRecord = null")
         driver.find_element(By.ID, "mic").click()
         spoken = wait_for(driver, "return window.lastRecord || null", 60)
@@ -102,6 +106,7 @@ def test_the_page_hears_a_spoken_question_and_speaks_the_answer_in_headless_chro
     finally:
         driver.quit()
     assert typed is not None and typed["error"] is None and typed["audio_s"] > 0 and typed["e2e_ms"] is not None
+    assert inked[0] == "1" and 0.01 * inked[2] < inked[1] < 0.9 * inked[2]  # drawn, not blank, not a flood
     assert spoken is not None and spoken["error"] is None and spoken["voice_to_voice_ms"] is not None
     assert {"capital", "france"} <= set(spoken["user"].lower().replace("?", "").split())
     assert "you (spoken): What is the capital of France?" in log and "first sound" in log and shot.stat().st_size > 1000
