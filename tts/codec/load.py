@@ -30,11 +30,12 @@ def load_codec(directory: Path | str | None = None) -> Codec:
     if not config.exists():
         raise UserError(f"no codec in {directory} (codec.json missing)")
     spec = json.loads(config.read_text())
-    kind = spec.get("kind", "world")
+    kind = spec.get("kind")
     if kind == "mel":
         return MelCodec.load(directory)
-    if kind == "world":
-        raise UserError(f"{config}: the WORLD-feature codec was retired (2026-12-02); use the mel codec, tts/assets/mel_codec")
+    if kind in (None, "world"):  # the WORLD-feature codec's folders named no kind
+        raise UserError(f"{config}: a WORLD-feature codec (retired; it names no \"kind\"): use the mel codec, "
+                        "tts/assets/mel_codec")
     if kind == "nemo":
         from tts.codec.nemo import NemoCodec
 
@@ -42,4 +43,4 @@ def load_codec(directory: Path | str | None = None) -> Codec:
             raise UserError(f"{config}: a nemo codec names its model (a .nemo file or a pretrained name)")
         model = Path(spec["model"])
         return NemoCodec.load(directory / model if model.suffix == ".nemo" and not model.is_absolute() else spec["model"])
-    raise UserError(f"{config}: unknown codec kind {kind!r} (mel or nemo)")
+    raise UserError(f"{config}: unknown codec kind {kind!r} (\"kind\": \"mel\" or \"nemo\")")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -112,12 +112,10 @@ class SpeechResult:
 class Speech:
     """One utterance through one synthesizer into one sink; created per utterance, as the synthesizer is."""
 
-    def __init__(self, synth: StreamingSynthesizer, sink: Sink, keep_chunks: bool = False,
-                 on_word: Callable[[str], None] | None = None):
+    def __init__(self, synth: StreamingSynthesizer, sink: Sink, keep_chunks: bool = False):
         self.synth = synth
         self.sink = sink
         self.keep_chunks = keep_chunks
-        self.on_word = on_word
         self.stamps = SpeechStamps()
         self.chunks: list[AudioChunk] = []
 
@@ -131,8 +129,6 @@ class Speech:
                 self.stamps.first_word_ns = time.perf_counter_ns()
             self.synth.push_word(word)
             self.stamps.spoken_words += 1
-            if self.on_word:
-                self.on_word(word)
         self.synth.end()
 
     async def play(self) -> None:

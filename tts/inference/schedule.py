@@ -136,8 +136,7 @@ class AudioChunk:
     samples: np.ndarray  # float32 mono
     sample_rate: int
     created_ns: int  # time.perf_counter_ns() when the chunk became playable
-    frames: int  # codec frames it carries (0 for the final crossfade tail)
-    final: bool = False
+    frames: int  # codec frames it carries (0 for a tail with no frames of its own)
     codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
     play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
     words: tuple[str, ...] = ()  # the words completed since the previous chunk (to trace a gap to its text)
@@ -596,6 +595,5 @@ class StreamSchedule:
         chunk = self._take_chunk() or AudioChunk(
             tail, self.sample_rate, self.clock(), self._unsent_frames, words=tuple(self._words_done),
             codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None)
-        chunk.final = True
         self.times.compute_ns += self.clock() - started
         return chunk

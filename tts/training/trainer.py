@@ -48,7 +48,8 @@ class TrainConfig:
     prompt_probability: float = 0.0  # continuation training: prepend another utterance of the same speaker
     prior_full_until: int = 2000  # beta-binomial prior on cross-attention at full strength until this step
     prior_zero_at: int = 4000  # ... faded to zero here
-    aux_warmup_steps: int = 1000  # MAS on the prior's path until then, on the aux attention after
+    aux_warmup_steps: int | None = 1000  # MAS on the prior's path until then, on the aux attention after; None: the
+    # prior's path throughout
     val_every: int = 500
     val_batches: int = 8
     samples: int = 2  # at every validation, speak this many validation sentences into out/samples/ (0: none)
@@ -208,14 +209,18 @@ class Trainer:
             if loss is not None:
                 return loss(self.ddp_model, batch)
             return self.ddp_model(batch, prior_strength=prior_strength(self.step, self.config),
-                                  use_prior_path=self.step < self.config.aux_warmup_steps).losses
+                                  use_prior_path=self._prior_path()).losses
 
     @torch.no_grad()
+    def _prior_path(self) -> bool:
+        """Monotonic alignment search on the prior's path (else on the auxiliary attention's)."""
+        return self.config.aux_warmup_steps is None or self.step < self.config.aux_warmup_steps
+
     def validate(self, batches: list[list[Example]]) -> dict:
         self.model.eval()
         totals: dict[str, float] = {}
         for examples in batches:
-            losses = self.model(self._to_device(collate(examples)), use_prior_path=self.step < self.config.aux_warmup_steps).losses.as_floats()
+            losses = self.model(self._to_device(collate(examples)), use_prior_path=self._prior_path()).losses.as_floats()
             for k, v in losses.items():
                 totals[k] = totals.get(k, 0.0) + v / len(batches)
         self.model.train()

@@ -129,4 +129,4 @@ def test_a_vocoder_with_costly_renders_gets_the_shared_opening(tiny_bundle):
     schedule = schedule_for(costly, "s5", "Good morning, my friend, how are you?".split())
     assert not schedule.eager_opening
     chunks = drive(schedule)
-    assert sum(len(c.samples) for c in chunks) > 0 and chunks[-1].final
+    assert sum(len(c.samples) for c in chunks) > 0
