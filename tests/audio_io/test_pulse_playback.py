@@ -1,5 +1,5 @@
 """A whole agent turn through sounddevice into a PulseAudio null sink, recorded from the sink's monitor with
-`parec`: what the listener would hear must be what the agent sent (DESIGN.md section 7)."""
+`parec`: what the listener would hear must be what the agent sent (`docs/design.md`, section 7)."""
 import asyncio
 import os
 import shutil
