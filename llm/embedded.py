@@ -39,7 +39,7 @@ def cpu_has_amx() -> bool:
 @contextmanager
 def _extra_buffer_types(allowed: bool):
     """Load a model with or without ggml's extra weight layouts (AMX tiles, repacked quants). On a Xeon with AMX
-    (2026-12-03, llama-cpp-python 0.3.36 built natively) this Q4_K_M model segfaults in its first decode with them
+    (llama-cpp-python 0.3.36 built natively) this Q4_K_M model segfaults in its first decode with them
     and runs without; elsewhere they stay on (the repacked layout is the faster one). llama-cpp-python exposes no
     argument for it, so the default model parameters are amended while the model loads."""
     import llama_cpp.llama_cpp as low_level

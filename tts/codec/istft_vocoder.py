@@ -80,7 +80,7 @@ class IstftGenerator(nn.Module):
     def use_bf16_blocks(self) -> "IstftGenerator":
         """Inference: the blocks' pointwise layers (85% of the weights) in bfloat16, where the CPU computes it
         natively. A push reads every weight once, whatever the chunk's length, so it is bound by memory traffic: a
-        push of 5 codec frames 10.2 -> 7.8 ms, of one 6.9 -> 5.6 ms (2026-12-02, one thread, caches cold; rows
+        push of 5 codec frames 10.2 -> 7.8 ms, of one 6.9 -> 5.6 ms (one thread, caches cold; rows
         padded to `BF16_ROWS`). The audio moves by bfloat16 rounding (SNR 48 dB against float32 on 40 replies,
         the same Whisper WER and DNSMOS)."""
         if native_bf16():

@@ -49,7 +49,7 @@ not for slow text (the pacer has it in hand), nor among other streams sharing th
 first sound waits for `SHARED_FIRST_CHUNK_S` of audio instead). When a chunk leaves now depends on timing (the text's arrival, the
 machine's speed), and where chunks are cut changes the audio by rounding alone: the mel codec and its vocoder
 stream exactly, and the leading silence is found on the joined stream. (About 1e-7 through float32; the shipped
-vocoder's bfloat16 blocks round that to at most ~1.5e-3, -56 dBFS, measured 2026-12-02: noise, not a join.)
+vocoder's bfloat16 blocks round that to at most ~1.5e-3, -56 dBFS as measured: noise, not a join.)
 
 A code block the voice skips (`push_break`, `SEGMENT_BREAK` in a word stream) ends the words before it as a
 whole text, so they do not wait for lookahead words from after the block; the words after it start a new unit.
@@ -99,7 +99,7 @@ DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.
 SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
 SLOW_WORD_TOKENS = 4.5  # a slow LLM's text is paced as if every word took this many tokens: one word of many tokens
 # (a price, a time, a run of markup) then finds speech buffered (measured: 3-4 gaps of 70-370 ms per reply at 10 and
-# 15 tokens/s, 2026-12-02, when only words were timed)
+# 15 tokens/s when only words were timed)
 PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words...
 PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
 MAX_PREBUFFER_S = 1.0

@@ -116,7 +116,7 @@ class TTSBundle:
     def warm_up(self) -> None:
         """A throwaway utterance, and its codes through a streaming decoder in every chunk size a turn uses: the
         first real turn then finds the vocoder loaded and first calls' work done. Without it the first turn of
-        `s5 bench e2e` ran dry 3 times in its first 0.2 s (2026-12-02), behind frames leaving a step at a time."""
+        `s5 bench e2e` ran dry 3 times in its first 0.2 s, behind frames leaving a step at a time."""
         synth = UtteranceSynthesizer(self, SynthesisConfig(seed=0, max_frames_per_word=6))
         synth.push_words(["Hello", "there,", "my"])
         synth.push_words(["friend."])
