@@ -56,53 +56,24 @@ whole text, so they do not wait for lookahead words from after the block; the wo
 """
 from __future__ import annotations
 
-import re
-import threading
-import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from audio_io.levels import AUDIBLE_DBFS, WINDOW_S, audible_onset
 from tts.codec.base import held_back_frames
+from tts.inference.stream_parts import (
+    DEFAULT_MAX_STRETCH,
+    SEGMENT_BREAK,
+    AudioChunk,
+    Inbox,
+    LeadingSilence,
+    Pacer,
+    ends_unit,
+    split_units,
+)
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, VoicePrompt
 
-MODES = ("s5", "t5", "sentence")
-SEGMENT_BREAK = "\u2029"  # in a word stream: the text pauses here (`push_break`), e.g. where a skipped code block opens
-SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
-CLAUSE_END = re.compile(r"[,;:\u2014\u2013][\"')\]]*$")
-CLAUSE_UNIT_WORDS = 16  # a sentence this long is cut at its next clause end (comma, semicolon, colon, dash)...
-MAX_UNIT_WORDS = 30  # ...and any run of this many words without one (the longest training sentences have 30)
-
-
-def ends_unit(words_in_unit: int, word: str) -> bool:
-    """Does a synthesis unit end after `word`, its `words_in_unit`-th word? At a sentence end; at a clause end
-    once the unit is long; at `MAX_UNIT_WORDS` whatever the word."""
-    return (bool(SENTENCE_END.search(word)) or words_in_unit >= MAX_UNIT_WORDS
-            or (words_in_unit >= CLAUSE_UNIT_WORDS and bool(CLAUSE_END.search(word))))
-
-
-def split_units(words: list[str]) -> list[list[str]]:
-    """Words known in advance (full context) -> the same units `ends_unit` cuts from a stream."""
-    units: list[list[str]] = [[]]
-    for word in words:
-        units[-1].append(word)
-        if ends_unit(len(units[-1]), word):
-            units.append([])
-    return [u for u in units if u]
-
-
-DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
-SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
-SLOW_WORD_TOKENS = 4.5  # a slow LLM's text is paced as if every word took this many tokens: one word of many tokens
-# (a price, a time, a run of markup) then finds speech buffered (measured: 3-4 gaps of 70-370 ms per reply at 10 and
-# 15 tokens/s when only words were timed)
-PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words...
-PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
-MAX_PREBUFFER_S = 1.0
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
 S5_STEPS_PER_WORK = 8  # s5: decoder steps per `work()` call (a new word or a cancel waits at most one call)
 SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
@@ -118,172 +89,11 @@ SHARED_FIRST_CHUNK_S = 0.3  # s5 among other streams (no eager opening): the fir
 SHARED_AHEAD_S = 1.0  # s5 among other streams: while this much sound is ahead of the player, completed words wait
 SHARED_RENDER_S = 1.0  # to be rendered together, up to this much a render (a render costs ~5 ms + ~0.4 ms a frame)
 OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
-FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
-
-
-def mean_interval_ns(times_ns: list[int]) -> int | None:
-    """The mean time between successive stamps (None for fewer than two)."""
-    return round((times_ns[-1] - times_ns[0]) / (len(times_ns) - 1)) if len(times_ns) >= 2 else None
 
 
 def default_emit_every(frame_rate: float) -> int:
     """Decoder steps per T5 chunk: the paper's 30 steps at 86 frames/s, as time (8 steps at 21.5 frames/s)."""
     return max(1, round(PAPER_EMIT_SECONDS * frame_rate))
-
-
-@dataclass
-class AudioChunk:
-    samples: np.ndarray  # float32 mono
-    sample_rate: int
-    created_ns: int  # time.perf_counter_ns() when the chunk became playable
-    frames: int  # codec frames it carries (0 for a tail with no frames of its own)
-    codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
-    play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
-    words: tuple[str, ...] = ()  # the words completed since the previous chunk (to trace a gap to its text)
-
-
-@dataclass
-class UtteranceTimes:
-    """Monotonic perf_counter_ns stamps of one utterance; the latency records and benchmarks read them."""
-    word_arrivals_ns: list[int] = field(default_factory=list)
-    end_ns: int | None = None
-    start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
-    first_codec_frame_ns: int | None = None
-    first_chunk_ns: int | None = None
-    compute_ns: int = 0  # worker time spent decoding and rendering
-    frames: int = 0
-    paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
-    prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
-    opening_hold_ms: float = 0.0  # how long a short opening word waited for the next word's text
-    words: int = 0
-    capped_words: int = 0
-
-
-class Pacer:
-    """Per utterance: keeps a virtual player's clock (when the audio emitted so far will have played out) and
-    picks a stretch for each new chunk so that it lasts until the engine can emit again."""
-
-    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
-        self.max_stretch = max(1.0, max_stretch)
-        self.margin_ns = round(margin_s * 1e9)  # reserve: the next word's compute, jitter, a short word next
-        self.play_end_ns: int | None = None
-
-    @staticmethod
-    def paces(text_interval_ns: int | None) -> bool:
-        """Is text arriving one word every text_interval_ns slow enough to pace (slower than 5 words/s)?"""
-        return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
-
-    @staticmethod
-    def pace_interval_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int | None:
-        """The text's pace per word: the time between words, or `SLOW_WORD_TOKENS` tokens' time where longer."""
-        if word_interval_ns is None or not token_interval_ns:
-            return word_interval_ns
-        return max(word_interval_ns, SLOW_WORD_TOKENS * token_interval_ns)
-
-    @staticmethod
-    def prebuffer_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int:
-        """How long the player should hold the first chunk for paced text: three words' time, or
-        `PREBUFFER_TOKENS` of a slow LLM's tokens where that is longer."""
-        if not Pacer.paces(Pacer.pace_interval_ns(word_interval_ns, token_interval_ns)):
-            return 0
-        hold = max(PREBUFFER_WORDS * word_interval_ns, PREBUFFER_TOKENS * (token_interval_ns or 0))
-        return round(min(MAX_PREBUFFER_S * 1e9, hold))
-
-    def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
-        """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
-        arrive (None: it can go on at once). Returns the factor (1 .. max_stretch) to render the chunk with."""
-        buffered_ns = max(0, self.play_end_ns - now_ns) if self.play_end_ns is not None else 0
-        factor = 1.0
-        if wait_ns is not None and chunk_s > 0:
-            needed_s = (wait_ns + self.margin_ns - buffered_ns) / 1e9
-            factor = min(self.max_stretch, max(1.0, needed_s / chunk_s))
-        self.play_end_ns = max(self.play_end_ns or now_ns, now_ns) + round(chunk_s * factor * 1e9)
-        return factor
-
-
-class LeadingSilence:
-    """Per utterance: drops the silence a reply starts with (the voice's first frame is mostly quiet: 20-50 ms the
-    listener would wait for). The sound starts at the first 10 ms window that is audible (1 dB above the players'
-    threshold, wherever it starts), its first millisecond faded in so that nothing clicks."""
-
-    def __init__(self, sample_rate: int):
-        self.sample_rate = sample_rate
-        self.window = round(WINDOW_S * sample_rate)
-        self.fade = round(FADE_IN_S * sample_rate)
-        self.held = np.zeros(0, np.float32)
-        self.done = False
-
-    def __call__(self, audio: np.ndarray) -> np.ndarray:
-        if self.done:
-            return audio
-        held = np.concatenate([self.held, audio])
-        onset = audible_onset(held, self.sample_rate, AUDIBLE_DBFS + 1.0)
-        if onset is None:  # all quiet so far: keep what a window starting here would need
-            self.held = held[max(0, len(held) - self.window + 1) :]
-            return np.zeros(0, np.float32)
-        self.done, self.held = True, np.zeros(0, np.float32)
-        out = held[onset:].copy()
-        out[: self.fade] *= np.linspace(0.0, 1.0, self.fade, endpoint=False, dtype=np.float32)[: len(out)]
-        return out
-
-
-class Inbox:
-    """The words and token stamps the driver received and the schedule has not taken yet. Thread-safe: the driver
-    writes from the event loop, the schedule reads on its worker."""
-
-    def __init__(self, times: UtteranceTimes, clock: Callable[[], int] = time.perf_counter_ns):
-        self.times = times
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._words: deque[str] = deque()
-        self._token_arrivals_ns: deque[int] = deque(maxlen=8)  # the LLM's last tokens, when the caller notes them
-        self.ended = False
-        self.closed = False  # cancelled: the schedule stops at its next unit
-
-    def put_word(self, word: str) -> int:
-        now = self.clock()
-        with self._lock:
-            self._words.append(word)
-            if word != SEGMENT_BREAK:
-                self.times.word_arrivals_ns.append(now)
-        return now
-
-    def put_token(self, t_ns: int) -> None:
-        with self._lock:
-            self._token_arrivals_ns.append(t_ns)
-
-    def end(self) -> None:
-        self.ended = True
-
-    def take(self) -> tuple[list[str], bool]:
-        """Everything waiting, and whether the text has ended (read together)."""
-        with self._lock:
-            words = list(self._words)
-            self._words.clear()
-            return words, self.ended
-
-    def waiting(self) -> tuple[int, bool]:
-        """Words waiting (not taken yet), and whether the text has ended."""
-        with self._lock:
-            return len(self._words), self.ended
-
-    def clear(self) -> None:
-        with self._lock:
-            self._words.clear()
-
-    def last_arrival_ns(self) -> int:
-        with self._lock:
-            return self.times.word_arrivals_ns[-1]
-
-    def word_interval_ns(self) -> int | None:
-        """The recent time between words (None before two words arrived)."""
-        with self._lock:
-            return mean_interval_ns(self.times.word_arrivals_ns[-5:])
-
-    def token_interval_ns(self) -> int | None:
-        """The recent time between the LLM's tokens (None unless the caller notes them)."""
-        with self._lock:
-            return mean_interval_ns(list(self._token_arrivals_ns))
 
 
 class StreamSchedule:

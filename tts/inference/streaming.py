@@ -19,18 +19,20 @@ import torch
 
 from audio_io.errors import UserError
 from tts.inference.schedule import (  # noqa: F401  (re-exported: the engine's public names)
-    DEFAULT_MAX_STRETCH,
     MAX_OPENING_HOLD_S,
-    MODES,
     OPENING_FRAMES_PAST_HOLDBACK,
+    StreamSchedule,
+    default_emit_every,
+)
+from tts.inference.stream_parts import (  # noqa: F401  (re-exported: the engine's public names)
+    DEFAULT_MAX_STRETCH,
+    MODES,
     SEGMENT_BREAK,
     AudioChunk,
     Inbox,
     LeadingSilence,
     Pacer,
-    StreamSchedule,
     UtteranceTimes,
-    default_emit_every,
     ends_unit,
 )
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt

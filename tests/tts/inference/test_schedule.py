@@ -2,11 +2,11 @@
 Synthesis units: where a reply is cut, and that each unit runs with fresh state."""
 import torch
 
-from tts.inference.schedule import (
+from tts.inference.schedule import StreamSchedule
+from tts.inference.stream_parts import (
     CLAUSE_UNIT_WORDS,
     MAX_UNIT_WORDS,
     Inbox,
-    StreamSchedule,
     UtteranceTimes,
     ends_unit,
     split_units,

@@ -9,7 +9,7 @@ import torch
 from audio_io.levels import audible_onset, first_audible_sample
 from tts.codec.base import held_back_frames
 from tts.inference.pipeline import join_chunks, speak
-from tts.inference.schedule import split_units
+from tts.inference.stream_parts import split_units
 from tts.inference.streaming import MAX_OPENING_HOLD_S, OPENING_FRAMES_PAST_HOLDBACK, LeadingSilence, Pacer, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig
 
@@ -248,7 +248,8 @@ def test_a_ready_opening_leaves_when_its_text_arrives_before_that_text_is_encode
     word arrives sends what was rendered at once, and encodes word 4 only after (the encoder pass is not in the
     floor). The schedule is driven call by call, without the driver's thread, on a clock where model work takes
     no time (on a loaded machine a slow render makes the opening word long, and a long one leaves at once)."""
-    from tts.inference.schedule import Inbox, StreamSchedule, UtteranceTimes
+    from tts.inference.schedule import StreamSchedule
+    from tts.inference.stream_parts import Inbox, UtteranceTimes
 
     bundle, config = tiny_bundle(2), synth_config(min_frames_per_word=12, max_frames_per_word=12)
     ticks = iter(range(10**9))
