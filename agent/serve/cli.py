@@ -11,8 +11,8 @@ from tts.cli import VOCODER_HELP, err, notice
 def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from agent.config import load_agent_settings
     from agent.chat import load_bundles
+    from agent.config import load_agent_settings
     from agent.serve.server import ServeConfig, create_app
 
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
