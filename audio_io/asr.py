@@ -8,8 +8,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from audio_io.wav import resample
 from audio_io.errors import UserError
+from audio_io.wav import resample
 
 ASR_RATE = 16000
 

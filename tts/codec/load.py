@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from audio_io.errors import UserError
 from tts.codec.base import Codec
 from tts.codec.mel_codec import MelCodec
-from audio_io.errors import UserError
 from tts.paths import ASSETS, repo_path
 
 __all__ = ["Codec", "load_codec", "resolve_codec_dir"]

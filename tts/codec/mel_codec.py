@@ -28,8 +28,8 @@ from tts.codec.streaming_conv import (
     StreamState,
     aligned_sum,
 )
-from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
 from audio_io.errors import UserError
+from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
 
 
 @dataclass

@@ -7,9 +7,9 @@ re-rendering and no crossfade: a pushed mel frame becomes audio once the frames 
 right have arrived (`Vocoder.lookahead_frames`, about 13 frames), or at `flush()`.
 
 A vocoder is named by "universal" (the package's V1, in bfloat16 where the CPU computes it natively), "fast" (the
-shipped iSTFT vocoder, `tts/assets/vocoder`: about 1/40 of V1's work), or by a folder holding `vocoder.json` (a `VocoderConfig`, or an `IstftVocoderConfig` with "kind":
-"istft") and `vocoder.safetensors`: a cheaper HiFi-GAN distilled from V1 (`tts/training/vocoder_train.py`) or the
-Vocos-style iSTFT vocoder (`tts/codec/istft_vocoder.py`).
+shipped iSTFT vocoder, `tts/assets/vocoder`: about 1/40 of V1's work), or by a folder holding `vocoder.json` (a
+`VocoderConfig`, or an `IstftVocoderConfig` with "kind": "istft") and `vocoder.safetensors`: a cheaper HiFi-GAN
+distilled from V1 (`tts/training/vocoder_train.py`) or the Vocos-style iSTFT vocoder (`tts/codec/istft_vocoder.py`).
 """
 from __future__ import annotations
 

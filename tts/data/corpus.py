@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from audio_io.errors import UserError
 from audio_io.wav import read_wav, write_wav
 from tts.data.voices import APT_PACKAGES, SAMPLE_RATE, VOICES, SynthesisError, Utterance
-from audio_io.errors import UserError
 
 FORTUNE_DIR = Path("/usr/share/games/fortunes")
 SPLITS = ("train", "val", "test")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from audio_io.errors import UserError
 from tts.codec.load import Codec
 from tts.data.corpus import read_manifest
 from tts.data.features import corpus_codes
-from audio_io.errors import UserError
 from tts.frontend.g2p import G2P
 
 SHARD_SIZE = 500

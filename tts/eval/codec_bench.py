@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from audio_io.errors import UserError
 from tts.codec.base import Codec
 from tts.data.corpus import read_manifest
 from tts.data.features import load_audio
 from tts.data.voices import SAMPLE_RATE, VOICES
-from audio_io.errors import UserError
 from tts.eval.metrics import distillmos, dnsmos, error_rates, speaker_similarity, transcribe
 
 Clip = tuple[str, np.ndarray]  # (text, float32 audio at 22.05 kHz)

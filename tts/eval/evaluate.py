@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from audio_io.errors import UserError
 from tts.data.corpus import read_manifest
 from tts.data.voices import SAMPLE_RATE, VOICES
-from audio_io.errors import UserError
 from tts.eval.metrics import distillmos, dnsmos, error_rates, speaker_similarity, transcribe
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import speak

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tts.cli import err, progress_bar, read_sentences
 from audio_io.errors import UserError
+from tts.cli import err, progress_bar, read_sentences
 from tts.paths import CONFIGS
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tts.data.tokens import TokenizedUtterance, load_tokenized
 from audio_io.errors import UserError
+from tts.data.tokens import TokenizedUtterance, load_tokenized
 from tts.inference.export import load_exported
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, synthesize_text
 from tts.model.losses import masked_mean

@@ -23,12 +23,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from audio_io.errors import UserError
 from tts.codec import mel
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Vocoder, load_vocoder
 from tts.data.features import cache_path, cached_fp16, load_audio
-from audio_io.errors import UserError
 from tts.training.discriminators import Discriminators, discriminator_loss, feature_matching_loss, generator_loss
 from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
 

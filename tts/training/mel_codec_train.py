@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from audio_io.errors import UserError
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel, mel_codec_loss
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
-from audio_io.errors import UserError
 
 
 def random_segments(features: list[np.ndarray], count: int, length: int, rng: np.random.Generator) -> torch.Tensor:

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tts.data.tokens import TokenizedUtterance, load_tokenized, tokens_codec_dir
 from audio_io.errors import UserError
+from tts.data.tokens import TokenizedUtterance, load_tokenized, tokens_codec_dir
 from tts.frontend.g2p import SymbolTable
 from tts.inference.export import export_weights, load_exported
 from tts.model.batch import Batch, Example, collate

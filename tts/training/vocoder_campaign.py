@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from audio_io.errors import UserError
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Vocoder
-from audio_io.errors import UserError
 from tts.typed_yaml import build, read_yaml
 from tts.paths import repo_path
 from tts.training.istft_vocoder_train import AdversarialLosses, IstftTrainConfig, train_istft_vocoder

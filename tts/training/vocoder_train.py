@@ -19,12 +19,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from audio_io.errors import UserError
 from tts.codec import mel
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Generator, Vocoder, VocoderConfig, load_vocoder
 from tts.data.corpus import read_manifest
 from tts.data.features import cached_log_mel
-from audio_io.errors import UserError
 
 STFT_RESOLUTIONS = [(512, 128), (1024, 256), (2048, 512)]  # (n_fft, hop)
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from audio_io.errors import UserError
 from audio_io.wav import read_wav
 from tts.codec import mel
 from tts.codec.load import load_codec
 from tts.codec.mel_codec import MelCodec, MelCodecConfig, MelCodecModel
 from tts.codec.vocoder import Vocoder
-from audio_io.errors import UserError
 
 FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from audio_io.errors import UserError
 from audio_io.wav import read_wav
 from tts.codec import mel
 from tts.codec.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum, native_bf16
 from tts.codec.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
-from audio_io.errors import UserError
 
 FIXTURE = Path(__file__).parents[2] / "data" / "piper_fox.wav"
 
