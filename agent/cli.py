@@ -82,9 +82,9 @@ def _chat(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agent.chat import llm_from_args, load_bundles
     from agent.config import load_agent_settings
     from agent.logs import log_to_file
-    from agent.chat import load_bundles
     from agent.replay import replay, soak_summary
     from llm.replay import ReplayScript
 
@@ -96,9 +96,21 @@ def _replay(args: argparse.Namespace) -> int:
     bundles = load_bundles([args.tts], vocoder=args.vocoder)
     out_dir = args.out or Path("replay_out") / args.script.stem
     out_dir.mkdir(parents=True, exist_ok=True)
+    settings = load_agent_settings(args.config)
+
+    async def run(progress):
+        llm = None
+        if args.llm != "replay":  # a live LLM answers the script's user lines (the chat's settings, flags first)
+            llm = await llm_from_args(args, settings.llm, say=lambda m: err.print(f"[green]{m}[/]"))
+        try:
+            return await replay(script, bundles, args.tts, out_dir, settings.tts.synthesis(), pace=False,
+                                progress=progress, save_wavs=not args.no_wavs, llm=llm)
+        finally:
+            if llm is not None:
+                await llm.close()
+
     with progress_bar() as progress:
-        result = asyncio.run(replay(script, bundles, args.tts, out_dir, load_agent_settings().tts.synthesis(),
-                                    pace=False, progress=progress, save_wavs=not args.no_wavs))
+        result = asyncio.run(run(progress))
     soak = soak_summary(result) if args.repeat > 1 else None
     if args.json:
         print(json.dumps({"script": result.script, "mode": result.mode, "wavs": [str(w) for w in result.wavs],
@@ -202,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--repeat", type=int, default=1, help="play the script this many times (a soak: latency drift and "
                      "memory growth after warm-up are reported)")
     rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
+    add_llm_arguments(rep, ["replay", "ollama", "openai", "embedded"], "replay")  # replay: the script's answers
     rep.set_defaults(func=_replay)
 
     serve_cli.register(commands)

@@ -293,3 +293,18 @@ def test_say_plot_draws_the_attention_and_the_waveform(models, tmp_path):
                             "--plot", str(tmp_path / "attention.png"), "--seed", "1")
     assert result.returncode == 0, result.stderr[-800:]
     assert_a_drawn_png(tmp_path / "attention.png")
+
+
+def test_replay_with_a_live_llm_finds_ollama_through_OLLAMA_HOST(models, tmp_path, ollama_server):
+    """`s5 replay --llm ollama` with the shipped config: the script's user lines go to the server OLLAMA_HOST names."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "S5_MODELS_DIR": str(models), "OLLAMA_HOST": ollama_server}
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "replay", "examples/short_answers.yaml", "--llm", "ollama",
+                             "--out", str(tmp_path), "--no-wavs", "--json"], capture_output=True, text=True, timeout=600,
+                            env=env, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-800:]
+    records = json.loads(result.stdout)["records"]
+    assert len(records) == 3 and all(r["llm"].startswith("ollama") and "Paris" in r["reply"] for r in records)
