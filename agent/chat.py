@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,7 @@ def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path 
 
 
 def add_llm_arguments(parser, choices: list[str], default: str | None) -> None:
-    """The LLM flags `s5 chat`, `s5 serve` and `s5 bench e2e` share; `llm_from_args` reads them."""
+    """The LLM flags `s5 chat`, `s5 serve`, `s5 replay` and `s5 bench e2e` share; `llm_from_args` reads them."""
     parser.add_argument("--llm", choices=choices, default=default,
                         help="openai: an OpenAI-compatible server (vLLM, TGI, llama.cpp, LM Studio, a hosted API)")
     parser.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL (default: $OPENAI_BASE_URL, "
@@ -54,6 +56,20 @@ async def llm_from_args(args, settings: "LLMSettings", say=print) -> LLMBackend:
                           args.ollama_host or settings.host, say=say, keep_alive=settings.keep_alive,
                           openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
                           max_tokens=settings.max_tokens)
+
+
+@asynccontextmanager
+async def live_llm(args, settings: "LLMSettings", say=print) -> AsyncIterator[LLMBackend | None]:
+    """`s5 replay` and `s5 bench e2e`: None for `--llm replay` (the script's own answers), else the LLM the flags
+    ask for, closed on the way out."""
+    if args.llm == "replay":
+        yield None
+        return
+    llm = await llm_from_args(args, settings, say=say)
+    try:
+        yield llm
+    finally:
+        await llm.close()
 
 
 async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m",

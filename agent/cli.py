@@ -82,7 +82,7 @@ def _chat(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import asyncio
 
-    from agent.chat import llm_from_args, load_bundles
+    from agent.chat import live_llm, load_bundles
     from agent.config import load_agent_settings
     from agent.logs import log_to_file
     from agent.replay import replay, soak_summary
@@ -99,15 +99,9 @@ def _replay(args: argparse.Namespace) -> int:
     settings = load_agent_settings(args.config)
 
     async def run(progress):
-        llm = None
-        if args.llm != "replay":  # a live LLM answers the script's user lines (the chat's settings, flags first)
-            llm = await llm_from_args(args, settings.llm, say=lambda m: err.print(f"[green]{m}[/]"))
-        try:
+        async with live_llm(args, settings.llm, say=lambda m: err.print(f"[green]{m}[/]")) as llm:
             return await replay(script, bundles, args.tts, out_dir, settings.tts.synthesis(), pace=False,
                                 progress=progress, save_wavs=not args.no_wavs, llm=llm)
-        finally:
-            if llm is not None:
-                await llm.close()
 
     with progress_bar() as progress:
         result = asyncio.run(run(progress))

@@ -67,7 +67,8 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     import asyncio
 
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT, bench_e2e
-    from agent.chat import llm_from_args, load_bundles
+    from agent.chat import live_llm, load_bundles
+    from agent.config import load_agent_settings
     from llm.replay import ReplayScript
 
     script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
@@ -78,17 +79,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=args.vocoder)
 
     async def run(progress) -> dict:
-        llm = None
-        if args.llm != "replay":  # a live LLM: the chat's settings, flags first
-            from agent.config import load_agent_settings
-
-            llm = await llm_from_args(args, load_agent_settings(args.config).llm, say=lambda m: err.print(f"[green]{m}[/]"))
-        try:
+        async with live_llm(args, load_agent_settings(args.config).llm, say=lambda m: err.print(f"[green]{m}[/]")) as llm:
             return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm,
                                    records=records)
-        finally:
-            if llm is not None:
-                await llm.close()
 
     records: dict = {}
     with progress_bar() as progress:
@@ -100,7 +93,9 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    table = Table(title=f"E2E latency, replayed LLM ({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)")
+    source = (f"replayed LLM ({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)"
+              if args.llm == "replay" else f"live LLM ({args.llm})")
+    table = Table(title=f"E2E latency, {source}")
     for column in ("mode", "RTF", "first chunk p50 (ms)", "E2E p50 (ms)", "E2E p95 (ms)", "first chunk after request p50 (ms)", "underruns"):
         table.add_column(column, justify="right")
     for mode in ("s5", "t5", "sentence"):
