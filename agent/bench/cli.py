@@ -28,11 +28,11 @@ def _bench_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--sessions {args.sessions}: comma-separated counts of at least 1, e.g. 1,2,4")
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)  # as s5 serve: the sessions run on the worker's threads (--threads)
     sentences = load_sentences(args.sentences)[: args.limit]
     with progress_bar() as progress:
         result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
-                                         batch_decode=not args.no_batch))
+                                         batch_decode=not args.no_batch, worker_threads=args.threads))
     if args.plot:
         from agent.bench.plots import plot_serve
 
@@ -127,14 +127,14 @@ def register(bench_kinds) -> None:
                      "timeline per mode into this PNG")
     e2e.set_defaults(func=_bench_e2e)
     serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
-    serve_bench.add_argument("--sessions", default="1,2,4,8")
+    serve_bench.add_argument("--sessions", default="1,2,4,8,16")
     serve_bench.add_argument("--vocoder", default=None, help=VOCODER_HELP)
-    serve_bench.add_argument("--no-batch", action="store_true", help="each session steps its own decoder (the comparison)")
+    serve_bench.add_argument("--no-batch", action="store_true", help="each session on a thread of its own (the comparison)")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")
     serve_bench.add_argument("--limit", type=int, default=6, help="sentences per client")
-    serve_bench.add_argument("--threads", type=int, default=1, help="torch threads (as s5 serve)")
+    serve_bench.add_argument("--threads", type=int, default=2, help="torch threads of the worker (as s5 serve)")
     serve_bench.add_argument("--plot", type=Path, default=None, help="also draw first audible and underruns against "
                              "sessions into this PNG")
     serve_bench.set_defaults(func=_bench_serve)

@@ -45,14 +45,15 @@ async def _client(session, url: str, sentences: list[str], model: str) -> dict:
 
 
 async def bench_serve(bundles: dict[str, TTSBundle], sentences: list[str], session_counts: list[int],
-                      model: str = "s5", progress=None, batch_decode: bool = True) -> dict:
+                      model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2) -> dict:
     from aiohttp import ClientSession
     from aiohttp.test_utils import TestServer
 
     runs = []
     task = progress.add_task("bench serve", total=len(session_counts)) if progress else None
     for n in session_counts:
-        server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode)))
+        server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode,
+                                                             worker_threads=worker_threads)))
         await server.start_server()
         cpu_started = time.process_time()
         try:

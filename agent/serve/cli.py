@@ -19,7 +19,7 @@ def _serve(args: argparse.Namespace) -> int:
         notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)  # the sessions' synthesis runs on the worker's threads (--threads)
     llm_settings = load_agent_settings(args.config).llm  # the chat's settings, in the same order (flag first)
     bundles = load_bundles(["s5", "t5"], vocoder=args.vocoder)
     llm_factory = None
@@ -38,7 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
         llm_factory = lambda: OpenAILLM(args.llm_model or llm_settings.openai_model or "",  # noqa: E731
                                         args.llm_url or llm_settings.url, max_tokens=llm_settings.max_tokens)
     app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
-                                          batch_decode=not args.no_batch), llm_factory)
+                                          batch_decode=not args.no_batch, worker_threads=args.threads), llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
     try:
         web.run_app(app, host=args.host, port=args.port, print=None)
@@ -52,11 +52,13 @@ def register(commands) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
-    serve.add_argument("--max-sessions", type=int, default=4, help="requests and conversations at once; more get a 503")
+    serve.add_argument("--max-sessions", type=int, default=8, help="requests and conversations at once; more get a 503")
     serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
     serve.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (a request may ask for another)")
     serve.add_argument("--no-batch", action="store_true",
-                       help="each session steps its own decoder (default: all sessions' steps in one batched pass)")
+                       help="each session runs on a thread of its own (default: one worker runs every session, their "
+                       "decoder steps in one batched pass)")
     add_llm_arguments(serve, ["embedded", "ollama", "openai", "none"], "embedded")  # /ws conversations; none: speech only
-    serve.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1: concurrent sessions then share the cores instead of oversubscribing them; measured with 2 sessions on 2 cores: 0 underruns at 1 thread, 2 at 2)")
+    serve.add_argument("--threads", type=int, default=2, help="torch threads of the worker that runs every session's "
+                       "synthesis (with --no-batch each session runs on a thread of its own with one)")
     serve.set_defaults(func=_serve)

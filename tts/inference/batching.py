@@ -1,40 +1,48 @@
-"""The batched driver for many streams: the decoder steps of every live utterance of one voice run as one pass.
+"""The driver of many streams: one worker thread runs the work of every live utterance, and their decoder steps as
+one batched pass per model.
 
 A decoder step of the CPU-sized model is dispatch-bound: its arithmetic is a fraction of the time its few dozen
 small operations take to launch, so N utterances stepped one by one cost about N steps, and stepped together
-(`tts/model/incremental.decode_steps`) little more than one. Each stream keeps its own schedule, worker thread,
-caches, masks, lookahead state and sampling generator; only the step itself is shared:
+(`tts/model/incremental.decode_steps`) little more than one (measured, one thread: 2.3 ms for one, 6.1 for eight).
+A thread per stream also has the streams fight over two cores and one interpreter lock: with eight streams each
+of their steps and renders took about four times as long as alone. So one thread does it all:
 
-- `UtteranceSynthesizer` asks `DecodeBatcher.step` for its next decoder step instead of running it, inside
-  `decoding()` while its decode loop runs (a stream between two of its steps will ask again at once);
-- the first thread to ask while no batch runs leads: it waits until every stream that is decoding has asked (or
-  `max_wait_s`, so a stream busy elsewhere cannot stall the others), runs the batch, hands each stream its row,
-  and the next asker leads the next batch. Streams join and leave between steps (continuous batching); none waits
-  for another's utterance, only for the batch its step is in.
+- a stream's driver (`tts/inference/streaming.py`) hands the worker its schedule (`submit`) where it would run one
+  `work()` call on a thread of its own, and awaits the result;
+- the worker runs each submitted call as the generator `StreamSchedule.work_steps()`: up to its next decoder step,
+  then one `decode_steps` pass over the steps of every stream that has one pending, then each stream on with its
+  row, up to its next step or the end of its call (which may render audio);
+- streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream
+  that has none yet before all), so a new request's opening and a stream close to running dry are not kept
+  waiting behind streams well ahead. Streams join and leave between steps (continuous batching); none waits for
+  another's utterance, only for the steps of the pass its step is in.
 
-A stream cancelled mid-batch finishes the step it is in (its row is computed with the others) and then stops, as
-alone. Batched rows equal the streams' own steps up to float rounding (tests: the same codes).
+Each stream keeps its own schedule, caches, masks, lookahead state and sampling generator; only the step's
+arithmetic is shared, so every stream speaks the codes it speaks alone (tests). A stream cancelled while its call
+runs finishes that call, as alone; a call that fails fails only its own stream, a failed batch every stream in it.
 """
 from __future__ import annotations
 
 import threading
-import time
-from contextlib import contextmanager
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 
-from tts.model.incremental import DecoderState, StepOutput, decode_steps
+from tts.inference.schedule import StreamSchedule
+from tts.inference.synthesis import StepRequest
+from tts.model.incremental import decode_step, decode_steps
+
+IDLE_EXIT_S = 5.0  # the worker thread ends after this long with nothing to do (the next submit starts another)
 
 
-@dataclass
-class _Request:
-    state: DecoderState
-    codes: torch.Tensor  # (K, 1)
-    words: torch.Tensor  # (1,)
-    output: StepOutput | None = None
-    error: BaseException | None = None
+@dataclass(eq=False)  # compared and hashed by identity
+class _Call:
+    """One `work()` call of one stream, in flight on the worker."""
+    schedule: StreamSchedule
+    future: Future
+    steps: object = None  # the running generator (`work_steps()`)
+    request: StepRequest | None = None  # the decoder step it waits for
 
 
 @dataclass
@@ -45,17 +53,17 @@ class BatchStats:
     sizes: dict[int, int] = field(default_factory=dict)  # batch size -> how many batches had it
 
 
-class DecodeBatcher:
-    """Shared by every utterance of one voice (`TTSBundle.decode_batcher`); thread-safe."""
+class StreamWorker:
+    """Shared by every utterance of a server's voices (`TTSBundle.stream_worker`); thread-safe."""
 
-    def __init__(self, max_wait_s: float = 0.002):
-        self.max_wait_s = max_wait_s
-        self._cond = threading.Condition()
-        self._pending: list[_Request] = []
-        self._leading = False
-        self._decoding = 0  # streams inside a decode loop: each will ask for a step soon
-        self.live_streams = 0  # streams between their start and their release (`joined`)
+    def __init__(self, torch_threads: int = 2):
+        self.torch_threads = torch_threads
+        self.live_streams = 0  # streams between their start and their release (`join` / `leave`)
         self.stats = BatchStats()
+        self._cond = threading.Condition()
+        self._submitted: list[_Call] = []
+        self._thread: threading.Thread | None = None
+        self._closing = False
 
     def join(self) -> None:
         """A stream starts (its driver calls `leave` when it is released)."""
@@ -66,55 +74,102 @@ class DecodeBatcher:
         with self._cond:
             self.live_streams -= 1
 
-    @contextmanager
-    def decoding(self) -> Iterator[None]:
-        """Around a stream's decode loop: while inside, a leader waits for its next step."""
+    def close(self) -> None:
+        """Let the thread end once no call is in flight (a server shutting down; a later submit starts another)."""
         with self._cond:
-            self._decoding += 1
+            self._closing = True
+            self._cond.notify()
+
+    def submit(self, schedule: StreamSchedule) -> Future:
+        """Run one `schedule.work()` call on the worker: a future of its (chunk, state)."""
+        call = _Call(schedule, Future())
+        with self._cond:
+            self._closing = False
+            self._submitted.append(call)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="s5-stream-worker", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return call.future
+
+    # ---- the worker thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_num_threads(self.torch_threads)
+        running: list[_Call] = []  # calls waiting for a decoder step
         try:
-            yield
-        finally:
+            self._loop(running)
+        except BaseException as error:  # a bug here must not leave streams waiting for ever
             with self._cond:
-                self._decoding -= 1
-                self._cond.notify_all()
+                stranded, self._submitted, self._thread = running + self._submitted, [], None
+            for call in stranded:
+                if not call.future.done():
+                    call.future.set_exception(error)
+            raise
 
-    def step(self, state: DecoderState, codes: torch.Tensor, words: torch.Tensor) -> StepOutput:
-        """One decoder step of `state` (as `decode_step(state, codes, words)`), run in a batch with the others'."""
-        request = _Request(state, codes, words)
-        with self._cond:
-            self._pending.append(request)
-            self._cond.notify_all()
-            while request.output is None and request.error is None:
-                if self._leading:
-                    self._cond.wait()
-                    continue
-                self._leading = True
-                deadline = time.monotonic() + self.max_wait_s
-                while len(self._pending) < self._decoding and (left := deadline - time.monotonic()) > 0:
-                    self._cond.wait(left)
-                batch, self._pending = self._pending, []
-                self._cond.release()
-                try:
-                    self._run(batch)
-                finally:
-                    self._cond.acquire()
-                    self._leading = False
-                    self._cond.notify_all()
-        if request.error is not None:
-            raise request.error
-        return request.output
+    def _loop(self, running: list[_Call]) -> None:
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    if not running and not self._submitted:
+                        if not self._closing:
+                            self._cond.wait(IDLE_EXIT_S)
+                        if not self._submitted:
+                            self._thread = None
+                            return
+                    new, self._submitted = self._submitted, []
+                for call in _by_urgency(new):  # each up to its first decoder step (encoding the words it took)
+                    self._advance(call, None, running)
+                if running:
+                    batch, running = running, []
+                    outputs = self._step(batch)
+                    for call in _by_urgency(batch):
+                        if call in outputs:
+                            self._advance(call, outputs[call], running)
 
-    def _run(self, batch: list[_Request]) -> None:
+    def _advance(self, call: _Call, output, running: list[_Call]) -> None:
+        """Run a call on to its next decoder step (kept in `running`) or its end (its future resolved)."""
         try:
-            outputs = decode_steps([r.state for r in batch], [r.codes for r in batch], [r.words for r in batch])
+            if call.steps is None:
+                call.steps = call.schedule.work_steps()
+                call.request = next(call.steps)
+            else:
+                call.request = call.steps.send(output)
+            running.append(call)
+        except StopIteration as stop:
+            call.future.set_result(stop.value)
+        except BaseException as error:  # this stream's failure; the others go on
+            call.future.set_exception(error)
+
+    def _step(self, batch: list[_Call]) -> dict[_Call, object]:
+        """Every pending decoder step, one pass per model (a guided state, with its two rows, runs alone)."""
+        by_model: dict[int, list[_Call]] = {}
+        for call in batch:
+            if not call.request.state.guided:
+                by_model.setdefault(id(call.request.state.model), []).append(call)
+        outputs = {}
+        try:
+            for calls in by_model.values():
+                rows = decode_steps([c.request.state for c in calls], [c.request.codes for c in calls],
+                                    [c.request.words for c in calls])
+                outputs.update(zip(calls, rows))
+                self._count(len(calls))
+            for call in batch:
+                if call.request.state.guided:
+                    outputs[call] = decode_step(call.request.state, call.request.codes, call.request.words)
         except BaseException as error:  # every stream in the batch sees the failure, as it would alone
-            for r in batch:
-                r.error = error
-            return
-        for r, output in zip(batch, outputs):
-            r.output = output
+            for call in batch:
+                if call not in outputs:
+                    call.steps.close()
+                    call.future.set_exception(error)
+        return outputs
+
+    def _count(self, size: int) -> None:
         stats = self.stats
         stats.batches += 1
-        stats.steps += len(batch)
-        stats.largest = max(stats.largest, len(batch))
-        stats.sizes[len(batch)] = stats.sizes.get(len(batch), 0) + 1
+        stats.steps += size
+        stats.largest = max(stats.largest, size)
+        stats.sizes[size] = stats.sizes.get(size, 0) + 1
+
+
+def _by_urgency(calls: list[_Call]) -> list[_Call]:
+    return sorted(calls, key=lambda call: call.schedule.urgency_s())

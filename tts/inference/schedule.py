@@ -72,7 +72,14 @@ from tts.inference.stream_parts import (
     ends_unit,
     split_units,
 )
-from tts.inference.synthesis import SynthesisConfig, TTSBundle, UtteranceSynthesizer, VoicePrompt
+from tts.inference.synthesis import (
+    Steps,
+    SynthesisConfig,
+    TTSBundle,
+    UtteranceSynthesizer,
+    VoicePrompt,
+    run_steps,
+)
 
 PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder steps at 86.13 frames/s
 S5_STEPS_PER_WORK = 8  # s5: decoder steps per `work()` call (a new word or a cancel waits at most one call)
@@ -88,6 +95,8 @@ SHARED_FIRST_CHUNK_S = 0.3  # s5 among other streams (no eager opening): the fir
 # rendered, so that it lasts while the next words are decoded on shared cores
 SHARED_AHEAD_S = 1.0  # s5 among other streams: while this much sound is ahead of the player, completed words wait
 SHARED_RENDER_S = 1.0  # to be rendered together, up to this much a render (a render costs ~5 ms + ~0.4 ms a frame)
+SHARED_LEAD_S = 2.0  # among other streams: a stream this far ahead of its player waits ("wait") until it is not,
+# so that the cores go to the streams nearer to running dry (a new request's opening first) instead of racing ahead
 OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
 
 
@@ -127,15 +136,16 @@ class StreamSchedule:
         self._pacer = Pacer(max_stretch) if mode == "s5" and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
         self.hold_until_ns: int | None = None  # a short opening word waits for the next one until then
+        self.resume_at_ns: int | None = None  # "wait": far enough ahead of the player to let other streams go first
         self.opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
         # the opening's frame-by-frame renders and the small chunks after it buy the first sound ~20-40 ms at about
         # 20 % more CPU a stream (a render costs ~5 ms whatever its length): worth it alone, not when other
         # streams share the cores (8 streams, batched: 0.161 -> 0.128 CPU-s per audio second)
         # and for a vocoder whose renders cost several times more (HiFi-GAN V1: with it, 8 replayed turns ran dry
         # 8 times with the eager opening, first sound 229 ms; 0 times without, 422 ms)
-        batcher = bundle.decode_batcher
+        worker = bundle.stream_worker
         cheap_renders = getattr(getattr(bundle.codec, "vocoder", None), "cheap_renders", True)
-        self.eager_opening = (batcher is None or batcher.live_streams <= 1) and cheap_renders
+        self.eager_opening = (worker is None or worker.live_streams <= 1) and cheap_renders
         self._emitted_s = 0.0  # audio sent so far
         self._first_sent_ns: int | None = None  # when the first sound was sent
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
@@ -216,7 +226,11 @@ class StreamSchedule:
 
     def work(self) -> tuple[AudioChunk | None, str]:
         """One piece of work: absorb input, decode a few frames of the front synthesis unit, render what may be
-        emitted. Returns (chunk or None, "progress" | "idle" | "done")."""
+        emitted. Returns (chunk or None, "progress" | "idle" | "wait" | "done")."""
+        return run_steps(self.work_steps())
+
+    def work_steps(self) -> Steps[tuple[AudioChunk | None, str]]:
+        """`work()` as a generator of its decoder steps (a driver of many streams batches them)."""
         if self.inbox.closed:
             return None, "done"
         started = self.clock()
@@ -236,18 +250,21 @@ class StreamSchedule:
             return chunk, "progress"
         if not unit.ready():
             return None, "idle"
+        self.resume_at_ns = self._lead_cap_ns()
+        if self.resume_at_ns is not None:
+            return None, "wait"
         if self.mode == "s5" and self._in_opening():
-            return self._opening_work(unit, started), "progress"
+            return (yield from self._opening_work(unit, started)), "progress"
         if self.mode == "s5":
             small = (self.eager_opening and 0 < self._emitted_s < SMALL_CHUNKS_UNTIL_S
                      and not Pacer.paces(self._text_interval_ns()))
             steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_CHUNK_STEPS) if small else S5_STEPS_PER_WORK
-            completed = unit.step(max_frames=steps, stop_at_word=True)
+            completed = yield from unit.steps(max_frames=steps, stop_at_word=True)
             emit = bool(completed) or unit.finished or small
             if emit and self._renders_together(unit):
                 emit = False
         else:
-            completed = unit.step(max_frames=self.emit_every - (len(unit.frames) - self._cursor))
+            completed = yield from unit.steps(max_frames=self.emit_every - (len(unit.frames) - self._cursor))
             emit = len(unit.frames) - self._cursor >= self.emit_every or unit.finished
         self._count(unit, completed)
         chunk = None
@@ -271,7 +288,7 @@ class StreamSchedule:
         leaves as soon as nothing can make it wait (slow text: the pacer decides how the opening plays)."""
         return self.eager_opening and not self._emitted_s and not Pacer.paces(self._text_interval_ns())
 
-    def _opening_work(self, unit: UtteranceSynthesizer, started: int) -> AudioChunk | None:
+    def _opening_work(self, unit: UtteranceSynthesizer, started: int) -> Steps[AudioChunk | None]:
         """Decode a step (the first call: the steps before the first sound can be rendered), render at once, and
         let the sound go when the word after the opening one may follow at once (its text is in, or the text
         ended) or the opening word is long (`SHORT_OPENING_S`); a short opening word whose successor waits for
@@ -279,7 +296,8 @@ class StreamSchedule:
         that wait for that text decode a step each without rendering, so that `work` lets it go within a step of
         the text's arrival."""
         decoded, stepping = len(unit.frames), self.clock()  # after this call's encoding of new words
-        completed = unit.step(max_frames=max(1, self.opening_first_render - len(unit.frames)), stop_at_word=True)
+        completed = yield from unit.steps(max_frames=max(1, self.opening_first_render - len(unit.frames)),
+                                          stop_at_word=True)
         stepped = self.clock()
         self._count(unit, completed)
         if not self.opening_ready:
@@ -311,8 +329,31 @@ class StreamSchedule:
         so that one render (whose cost is mostly fixed) voices both."""
         if self.eager_opening or not self._emitted_s or unit.finished or self._first_sent_ns is None:
             return False
-        ahead_s = (self._first_sent_ns - self.clock()) / 1e9 + self._emitted_s  # if the player never stalled
-        return ahead_s > SHARED_AHEAD_S and self._unrendered_s(unit) < SHARED_RENDER_S
+        return self._ahead_s() > SHARED_AHEAD_S and self._unrendered_s(unit) < SHARED_RENDER_S
+
+    def _ahead_s(self) -> float | None:
+        """Seconds of sound sent and not yet played, if the player started at the first chunk and never stalled."""
+        if self._first_sent_ns is None:
+            return None
+        return (self._first_sent_ns - self.clock()) / 1e9 + self._emitted_s
+
+    def urgency_s(self) -> float:
+        """Among other streams, who goes first (least first): the seconds of sound ahead of the player; before
+        the first sound, minus the seconds it has been allowed to start (an opening goes before every stream that
+        plays, the longest waiting first)."""
+        ahead_s = self._ahead_s()
+        if ahead_s is not None:
+            return ahead_s
+        allowed_ns = self.times.start_allowed_ns
+        return -1e6 if allowed_ns is None else -1e6 - (self.clock() - allowed_ns) / 1e9
+
+    def _lead_cap_ns(self) -> int | None:
+        """Among other streams: when this one, more than `SHARED_LEAD_S` ahead of its player, may go on (None: now)."""
+        worker = self.bundle.stream_worker
+        ahead_s = self._ahead_s()
+        if worker is None or worker.live_streams <= 1 or ahead_s is None or ahead_s <= SHARED_LEAD_S:
+            return None
+        return self.clock() + round((ahead_s - SHARED_LEAD_S) * 1e9)
 
     def _unsent_s(self) -> float:
         """Seconds of audio rendered and not yet sent."""

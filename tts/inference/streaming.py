@@ -4,7 +4,8 @@ may speak. One `StreamingSynthesizer` per utterance (nothing survives a request)
 Call `push_word` / `push_break` / `end` from the event loop and iterate `chunks()` for `AudioChunk`s. What the model
 does and when audio may leave is the schedule's (`tts/inference/schedule.py`: modes, synthesis units, pacing, the
 opening); this driver only feeds it the words and runs its units one at a time on a worker thread, so the event
-loop stays free and cancellation takes effect within one unit.
+loop stays free and cancellation takes effect within one unit. Where the voice has a `StreamWorker` (a server of
+many streams: `tts/inference/batching.py`) the units run there, among every other stream's, steps batched.
 """
 from __future__ import annotations
 
@@ -93,9 +94,9 @@ class StreamingSynthesizer:
         self.sample_rate = bundle.codec.sample_rate
         self.times = UtteranceTimes()
         self.inbox = Inbox(self.times)
-        self._batcher = bundle.decode_batcher  # many streams share the cores: counted while this one lives
-        if self._batcher is not None:
-            self._batcher.join()
+        self._worker = bundle.stream_worker  # many streams share one worker: counted while this one lives
+        if self._worker is not None:
+            self._worker.join()
         self.schedule = StreamSchedule(bundle, mode, self.config, self.emit_every, self.inbox, prompt, max_stretch)
         self._wake = asyncio.Event()
         self._unit_words = 0  # words of the synthesis unit the text is in (when synthesis may start)
@@ -157,9 +158,9 @@ class StreamingSynthesizer:
     def _release(self) -> None:
         self.inbox.clear()
         self.schedule.release()
-        if self._batcher is not None:
-            self._batcher.leave()
-            self._batcher = None
+        if self._worker is not None:
+            self._worker.leave()
+            self._worker = None
 
     @property
     def busy(self) -> bool:
@@ -175,7 +176,10 @@ class StreamingSynthesizer:
             while not self.inbox.closed:
                 self._wake.clear()
                 # shielded: a cancelled consumer leaves the unit to finish in its thread; aclose() waits for it
-                self._unit = asyncio.ensure_future(asyncio.to_thread(self._run_unit))
+                if self._worker is not None:
+                    self._unit = asyncio.wrap_future(self._worker.submit(self.schedule))
+                else:
+                    self._unit = asyncio.ensure_future(asyncio.to_thread(self._run_unit))
                 chunk, state = await asyncio.shield(self._unit)
                 if chunk is not None and len(chunk.samples):
                     if self.times.first_chunk_ns is None:
@@ -184,7 +188,9 @@ class StreamingSynthesizer:
                 if state == "done":
                     return
                 if state == "idle":
-                    await self._wait_for_input()
+                    await self._wait_for_input(self.schedule.hold_until_ns)
+                elif state == "wait":
+                    await self._wait_for_input(self.schedule.resume_at_ns)
         finally:
             if (self.inbox.closed or self.schedule.input_done) and not self.busy:  # else aclose() releases after the unit
                 self._release()
@@ -193,13 +199,13 @@ class StreamingSynthesizer:
         torch.set_num_threads(WORKER_TORCH_THREADS)
         return self.schedule.work()
 
-    async def _wait_for_input(self) -> None:
-        """Until a word arrives (or the end); a held opening word is released at its deadline."""
-        hold_until_ns = self.schedule.hold_until_ns
-        if hold_until_ns is None:
+    async def _wait_for_input(self, until_ns: int | None) -> None:
+        """Until a word arrives (or the end, or a cancel), or `until_ns`: when a held opening word is released, or
+        a stream ahead of its player may go on."""
+        if until_ns is None:
             await self._wake.wait()
             return
-        timeout = max(0.0, (hold_until_ns - time.perf_counter_ns()) / 1e9)
+        timeout = max(0.0, (until_ns - time.perf_counter_ns()) / 1e9)
         try:
             await asyncio.wait_for(self._wake.wait(), timeout)
         except TimeoutError:

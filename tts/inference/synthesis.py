@@ -3,16 +3,19 @@
 
 `UtteranceSynthesizer` is a plain state machine over words: `push_word`, `end`, and `step()`, which decodes as
 far as the words received so far allow and returns the chunks of codec frames of every word it completed.
+`steps()` is the same work as a generator that yields each decoder step it needs (`StepRequest`) and takes its
+`StepOutput` back, so that a driver of many utterances can run their steps as one batch
+(`tts/inference/batching.py`); `step()` runs the steps itself, one at a time.
 Generation for word n starts once word n+k has arrived (or the text has ended); word n is complete when the
 newest step's cross-attention peak moves past it, or at the per-word frame cap; EOS is allowed only while the
 last word is being decoded. The async front end and audio output build on this.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -22,12 +25,12 @@ from tts.codec.base import Codec, held_back_frames
 from tts.codec.load import load_codec
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
-from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
+from tts.model.incremental import DecoderState, IncrementalEncoder, StepOutput, decode_step
 from tts.model.s5tts import S5TTS
 from tts.model.sampling import mask_special_codes, sample_codes
 
 if TYPE_CHECKING:
-    from tts.inference.batching import DecodeBatcher
+    from tts.inference.batching import StreamWorker
 
 MAX_WORD_SECONDS = 2.5  # the longest a single word may last (a runaway guard, whatever the codec's frame rate)
 
@@ -47,6 +50,28 @@ class SynthesisConfig:
     # a step slower (rtf +16 %) and the first sound after word 3 55-75 ms instead of 43-48: off by default.
     cfg_scale: float = 1.0
     trace_attention: bool = False  # keep every step's cross-attention (`UtteranceSynthesizer.attention_trace`): pictures
+
+
+@dataclass
+class StepRequest:
+    """One decoder step an utterance needs: `decode_step(state, codes, words)`."""
+    state: DecoderState
+    codes: torch.Tensor  # (K, 1) the frame fed in
+    words: torch.Tensor  # (1,) the word it is generated for
+
+
+Result = TypeVar("Result")
+Steps = Generator[StepRequest, StepOutput, Result]  # yields the steps it needs, is sent their outputs
+
+
+def run_steps(work: "Steps[Result]") -> Result:
+    """Drive a generator of decoder steps alone: each step runs when asked; returns what the generator returns."""
+    try:
+        request = next(work)
+        while True:
+            request = work.send(decode_step(request.state, request.codes, request.words))
+    except StopIteration as stop:
+        return stop.value
 
 
 @dataclass
@@ -90,8 +115,8 @@ class TTSBundle:
         self.symbols = symbols
         self.codec = codec
         self.g2p = g2p or G2P(symbols=symbols)
-        # set by a driver of many streams (`tts/inference/batching.py`): every utterance's decoder steps go there
-        self.decode_batcher: "DecodeBatcher | None" = None
+        # set by a driver of many streams (`tts/inference/batching.py`): their work runs there, steps batched
+        self.stream_worker: "StreamWorker | None" = None
         if model.config.codebook_size != codec.codebook_size or model.config.num_codebooks != codec.num_codebooks:
             raise UserError("model and codec disagree on codebooks")
 
@@ -152,7 +177,6 @@ class UtteranceSynthesizer:
         self.encoder = IncrementalEncoder(self.model)
         guided = self.config.cfg_scale != 1.0 and self.model.null_memory is not None
         self.decoder = DecoderState(self.model, guided)
-        self.batcher = bundle.decode_batcher if not guided else None  # a guided step has two rows of its own
         self.words: list[str] = []
         self.ended = False
         self.current = 1  # word being generated
@@ -217,20 +241,23 @@ class UtteranceSynthesizer:
             return True
         return self.k is not None and len(self.words) >= self.current + self.k
 
-    @torch.inference_mode()
     def step(self, max_frames: int | None = None, stop_at_word: bool = False) -> list[WordChunk]:
         """Decode frames while allowed (at most max_frames, and only up to the next completed word with
         stop_at_word); return the chunks of the words completed."""
+        return run_steps(self.steps(max_frames, stop_at_word))
+
+    @torch.inference_mode()
+    def steps(self, max_frames: int | None = None, stop_at_word: bool = False) -> Steps[list[WordChunk]]:
+        """`step()` as a generator of its decoder steps."""
         chunks: list[WordChunk] = []
         steps = 0
-        with self.batcher.decoding() if self.batcher is not None else nullcontext():
-            while self.ready() and (max_frames is None or steps < max_frames):
-                chunk = self._advance_one_frame()
-                steps += 1
-                if chunk is not None:
-                    chunks.append(chunk)
-                    if stop_at_word:
-                        break
+        while self.ready() and (max_frames is None or steps < max_frames):
+            chunk = yield from self._advance_one_frame()
+            steps += 1
+            if chunk is not None:
+                chunks.append(chunk)
+                if stop_at_word:
+                    break
         return chunks
 
     def _prefill_prompt(self) -> None:
@@ -240,14 +267,13 @@ class UtteranceSynthesizer:
         decode_step(self.decoder, inputs, prompt.frame_words)
         self.last_frame = prompt.codes[:, -1:]
 
-    def _advance_one_frame(self) -> WordChunk | None:
+    def _advance_one_frame(self) -> Steps[WordChunk | None]:
         c = self.model.config
         self.decoder.add_slots(self.encoder.read_slots())
         if self.prompt is not None:
             self._prefill_prompt()
         n, last_word = self.current, len(self.words)
-        step = self.batcher.step if self.batcher is not None else decode_step
-        out = step(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
+        out = yield StepRequest(self.decoder, self.last_frame, torch.tensor([n + self.offset]))
         is_last = self.ended and n == last_word
         long_enough = len(self.current_frames) >= self.word_minimums[n - 1]
         logits = out.logits[0]

@@ -30,14 +30,31 @@ def test_units_end_at_sentences_and_at_clauses_of_long_sentences():
     assert split_units([]) == []
 
 
-def drive(schedule: StreamSchedule, limit: int = 10_000) -> list:
-    """Call work() until the schedule is done or idle; the chunks it sent."""
+class TickClock:
+    """A microsecond a call: model work takes no time; a test moves it on to when a waiting stream may go on."""
+
+    def __init__(self):
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+def drive(schedule: StreamSchedule, limit: int = 10_000, waits: list | None = None) -> list:
+    """Call work() until the schedule is done or idle; the chunks it sent. On a tick clock, a "wait" moves the
+    clock on to the schedule's `resume_at_ns` (noted in `waits`: the seconds of sound ahead when it goes on)."""
     chunks = []
     for _ in range(limit):
         chunk, state = schedule.work()
         if chunk is not None:
             chunks.append(chunk)
-        if state in ("done", "idle"):
+        if state == "wait" and isinstance(schedule.clock, TickClock):
+            schedule.clock.now = schedule.resume_at_ns
+            if waits is not None:
+                waits.append(schedule._ahead_s())
+            continue
+        if state in ("done", "idle", "wait"):
             return chunks
     raise AssertionError("the schedule never finished")
 
@@ -91,24 +108,26 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     """With another stream live on the batcher, a stream spends fewer, larger renders: no frame-by-frame opening,
     a first chunk of at least SHARED_FIRST_CHUNK_S, and, once more than SHARED_AHEAD_S of sound is ahead of the
     player, several words per render. The codes are the same as alone: only the rendering is grouped."""
-    from tts.inference.batching import DecodeBatcher
-    from tts.inference.schedule import SHARED_FIRST_CHUNK_S
+    from tts.inference.batching import StreamWorker
+    from tts.inference.schedule import SHARED_FIRST_CHUNK_S, SHARED_LEAD_S
 
     words = ("The pump moves warmth from the cold air outside into the warm house and back again in summer when "
              "the days are long").split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words))
     bundle = tiny_bundle(2)
-    bundle.decode_batcher = DecodeBatcher()
-    bundle.decode_batcher.join()  # another stream is live...
-    bundle.decode_batcher.join()  # ...beside this one (its driver would join it)
-    ticks = iter(range(0, 10**15, 1000))  # a microsecond a call: model work takes no time
-    inbox = Inbox(UtteranceTimes(), clock=lambda: next(ticks))
+    bundle.stream_worker = StreamWorker()
+    bundle.stream_worker.join()  # another stream is live...
+    bundle.stream_worker.join()  # ...beside this one (its driver would join it)
+    inbox = Inbox(UtteranceTimes(), clock=TickClock())
     shared = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
     for word in words:
         inbox.put_word(word)
     inbox.end()
-    together = drive(shared)
+    waits = []
+    together = drive(shared, waits=waits)
     assert not shared.eager_opening
+    # far ahead of its player, it let the others go first, and went on once SHARED_LEAD_S was ahead
+    assert waits and all(abs(ahead - SHARED_LEAD_S) < 1e-3 for ahead in waits)
     assert len(together[0].samples) / bundle.codec.sample_rate >= SHARED_FIRST_CHUNK_S
     assert len(together) < len(alone) and max(len(c.words) for c in together[1:]) > 1
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
