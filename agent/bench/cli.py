@@ -111,6 +111,34 @@ def _bench_e2e(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_paper(args: argparse.Namespace) -> int:
+    from agent.bench.e2e import DEFAULT_BENCH_SCRIPT
+    from agent.bench.paper import PAPER_MODELS, bench_paper
+    from llm.replay import ReplayScript
+    from tts.cli import read_sentences
+    from tts.paths import CONFIGS
+
+    sentences = read_sentences(args.sentences or CONFIGS / "eval_replies.txt")[: args.limit]
+    script = ReplayScript.load(DEFAULT_BENCH_SCRIPT)
+    with progress_bar() as progress:
+        result = bench_paper(PAPER_MODELS, sentences, script, progress)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=f"Lookahead: {result['sentences']} unseen sentences; latency behind a replayed LLM "
+                        f"({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)")
+    columns = ("model", "WER %", "Distill-MOS", "first sound p50 / p95 (ms)", "E2E p50 / p95 (ms)", "underruns")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in result["models"]:
+        table.add_row(row["model"], f"{row['wer']} (Piper {row['wer_reference']})", str(row["distillmos"]),
+                      f"{row['first_sound_ms_p50']} / {row['first_sound_ms_p95']}", f"{row['e2e_ms_p50']} / {row['e2e_ms_p95']}",
+                      str(row["underruns"]))
+    Console().print(table)
+    Console().print("first sound: after word k + 1 arrived (S5), after the reply ended (T5)")
+    return 0
+
+
 def register(bench_kinds) -> None:
     e2e = bench_kinds.add_parser("e2e", help="S5 vs T5 vs sentence mode on one replayed LLM stream (the paper's Table 4)")
     e2e.add_argument("--json", action="store_true")
@@ -138,6 +166,13 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--plot", type=Path, default=None, help="also draw first audible and underruns against "
                              "sessions into this PNG")
     serve_bench.set_defaults(func=_bench_serve)
+    paper = bench_kinds.add_parser("paper", help="the lookahead table: S5 with k = 1, 2, 3 and T5, quality (WER, "
+                                   "Distill-MOS) and latency (first sound, E2E) side by side")
+    paper.add_argument("--json", action="store_true")
+    paper.add_argument("--sentences", type=Path, default=None, help="unseen sentences, one per line (default: "
+                       "configs/eval_replies.txt)")
+    paper.add_argument("--limit", type=int, default=30, help="sentences used")
+    paper.set_defaults(func=_bench_paper)
     voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
     voice.add_argument("--json", action="store_true")
     voice.add_argument("--script", type=Path, default=None, help="replay YAML whose user lines are spoken (default: examples/bench_e2e.yaml)")

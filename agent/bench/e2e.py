@@ -73,9 +73,10 @@ def summarize_records(records: list[TurnRecord]) -> dict:
 
 async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: tuple[str, ...] = MODES,
                     seed: int = 0, progress=None, barge_in_output: str = "null", llm: LLMBackend | None = None,
-                    records: dict[str, list[TurnRecord]] | None = None) -> dict:
+                    records: dict[str, list[TurnRecord]] | None = None, barge_in: bool = True) -> dict:
     """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike.
-    With a live `llm` each mode asks it the script's user lines itself (the replies, and their timing, differ)."""
+    With a live `llm` each mode asks it the script's user lines itself (the replies, and their timing, differ).
+    `barge_in`: also time how fast s5 stops when the user talks over it."""
     by_mode: dict[str, list[TurnRecord]] = {m: [] for m in modes}
     task = progress.add_task("bench e2e", total=len(script.turns) * len(modes)) if progress else None
     for i, turn in enumerate(script.turns):
@@ -93,7 +94,7 @@ async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: 
         out[mode] = summarize_records(by_mode[mode])
     if records is not None:  # the caller keeps every turn's record (`--plot`)
         records.update(by_mode)
-    if "s5" in modes:
+    if "s5" in modes and barge_in:
         out["barge_in"] = await bench_barge_in(script, bundles["s5"], seed=seed, progress=progress, output=barge_in_output)
     if "s5" in modes and "t5" in modes and out["s5"]["e2e_p50_ms"] and out["t5"]["e2e_p50_ms"]:
         out["ratio_e2e_s5_over_t5"] = round(out["s5"]["e2e_p50_ms"] / out["t5"]["e2e_p50_ms"], 3)
