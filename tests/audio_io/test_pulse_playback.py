@@ -171,7 +171,7 @@ def test_speaking_over_the_answer_interrupts_it_through_pulseaudio(pulse, tmp_pa
     The gate is told the loudspeaker reaches the microphone 10 dB down (a loudspeaker at arm's length; here the two
     sinks have no path between them at all). At the default 0 dB, the worst case, a user must speak about 12 dB
     over the answer's average level: this question passed in 59 of 113 start times against the shipped S5's story
-    and 40 of 101 against a voice 1.6 dB louder (simulated on the levels, 2026-12-02), so CI failed by chance;
+    and 40 of 101 against a voice 1.6 dB louder (simulated on the levels), so CI failed by chance;
     at -10 dB it passes at every start time for both."""
     from agent.listen import Listener
     from agent.chat import SpokenTurns

@@ -4,6 +4,7 @@ import asyncio
 import pytest
 
 from llm.embedded import EmbeddedLLM, build_prompt
+from tests.llm.streams import cancel_after
 
 pytestmark = pytest.mark.slow
 
@@ -30,18 +31,7 @@ def test_a_short_streamed_reply(llm):
 
 def test_cancelling_mid_reply_stops_generation(llm):
     async def scenario():
-        got = []
-
-        async def consume():
-            async for piece in llm.stream([{"role": "user", "content": "Tell me a long story about a dragon."}]):
-                got.append(piece)
-
-        task = asyncio.create_task(consume())
-        while len(got) < 2:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        got = await cancel_after(llm.stream([{"role": "user", "content": "Tell me a long story about a dragon."}]), 2)
         follow_up = [p async for p in llm.stream([{"role": "user", "content": "Say hello."}])]
         return got, follow_up
 

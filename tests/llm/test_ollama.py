@@ -5,6 +5,7 @@ import pytest
 
 from llm.base import LLMError
 from llm.ollama_backend import OllamaLLM
+from tests.llm.streams import cancel_after
 from tests.ollama_standin import REPLY, REQUESTS, free_port, start
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -98,19 +99,7 @@ def test_server_down_says_how_to_start_it():
 
 def test_cancelling_mid_stream_stops_the_request():
     async def body(llm):
-        received = []
-
-        async def consume():
-            async for piece in llm.stream(MESSAGES):
-                received.append(piece.text)
-
-        task = asyncio.create_task(consume())
-        while len(received) < 2:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        return received
+        return [piece.text for piece in await cancel_after(llm.stream(MESSAGES), 2)]
 
     received, _ = run_against_server("slow", body)
     assert 2 <= len(received) < len(REPLY)

@@ -14,45 +14,8 @@ its own k + 1 words are in; units share the codec stream, so the seam is the cod
 the pause between is the one the model speaks at a sentence's end and start. Every mode cuts the same units: `t5`
 waits for the whole reply, then speaks it unit by unit with full context per unit.
 
-Modes:
-- `s5`: word n is generated once word n+k has arrived (or the text ended) and is emitted when it completes (the
-  words right after the opening one a few frames at a time: see the end of this docstring).
-- `t5`: full context: waits for `end()`, then emits every `emit_every` decoder steps. The paper emits every 30
-  steps at 86 frames/s (S5's average frames per word there); by default we emit its time equivalent, 0.35 s of
-  frames (8 at 21.5 frames/s), so the comparison stays fair at our frame rate.
-- `sentence`: the full-context model per sentence, as most voice pipelines run TTS: a sentence starts once its
-  last word has arrived; emission as in `t5`.
-The mode decides when words reach the model and when audio leaves; the weights decide the masks. An S5 model in
-`t5` mode is "offline S5" (all words known before decoding), which is how streaming and offline S5 are compared.
-
-Pacing (s5): when the text arrives slower than the voice speaks (a slow LLM), the engine would finish a word, then
-wait for the next words while the player runs dry. `Pacer` renders such words up to `max_stretch` times slower
-at the same pitch so the audio lasts until the text catches up, and asks the player to hold the first chunk back
-a little (`AudioChunk.play_after_ns`: three words' worth of text time, at most 1 s) so that runs of short words do
-not drain it. Pacing applies while words come slower than 5 per second, or, where the caller notes the LLM's
-tokens (`note_token`: the agent does), while 4.5 tokens take longer than that (slower than about 22 tokens/s):
-there one word of many tokens ("$738.67," is seven; a run of markdown) outlasts what is buffered, so the first
-chunk is held eight tokens' time. A fast LLM stream (25-30 tokens/s) is never stretched or held.
-
-The opening (s5, LLM-speed text), where the floor is: from word k+1's arrival to the first sound. The opening
-word is rendered as it is decoded, from the `OPENING_FRAMES_PAST_HOLDBACK`-th step after what the codec holds back
-(`held_back_frames`: its decoder's and vocoder's right context; the first frame is mostly the voice's leading
-silence), and its sound leaves before the word
-is complete once the word after it may follow at once (its lookahead text is in, or the text ended). The leading
-silence is dropped (`LeadingSilence`): the first sound is the first audible 10 ms. A short opening word whose
-successor still waits for text (the many tokens of "$738.67,") is held until that text is in (at most
-`MAX_OPENING_HOLD_S`), or the player would run dry after it; the `work()` call after that text arrives sends the
-sound first and encodes the text after. After the first sound, frames leave after every step
-until `SINGLE_STEPS_UNTIL_S` of audio has left, then every `SMALL_CHUNK_STEPS` steps until `SMALL_CHUNKS_UNTIL_S`, so
-that the short first chunks last until the next is rendered. Smaller chunks cost more per frame, so only there, and
-not for slow text (the pacer has it in hand), nor among other streams sharing the cores (`eager_opening`: there the
-first sound waits for `SHARED_FIRST_CHUNK_S` of audio instead). When a chunk leaves now depends on timing (the text's arrival, the
-machine's speed), and where chunks are cut changes the audio by rounding alone: the mel codec and its vocoder
-stream exactly, and the leading silence is found on the joined stream. (About 1e-7 through float32; the shipped
-vocoder's bfloat16 blocks round that to at most ~1.5e-3, -56 dBFS as measured: noise, not a join.)
-
-A code block the voice skips (`push_break`, `SEGMENT_BREAK` in a word stream) ends the words before it as a
-whole text, so they do not wait for lookahead words from after the block; the words after it start a new unit.
+Modes (`s5` word by word, `t5` full context, `sentence`), pacing for slow text and the opening, where the first
+sound's floor is, are described in `docs/streaming_engine.md`; the constants below are their knobs.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class SynthesisConfig:
     seed: int | None = None
     # classifier-free guidance: logits = unconditional + cfg_scale x (conditional - unconditional), both rows in one
     # decoder pass; 1.0 is off (one row). Only a model trained with cfg_dropout has the unconditional row; others
-    # ignore it. Measured (ninth session, 40 unseen replies): WER 3.25 at 1.0, 2.16 at 2.0; but the second row makes
+    # ignore it. Measured (40 unseen replies): WER 3.25 at 1.0, 2.16 at 2.0; but the second row makes
     # a step slower (rtf +16 %) and the first sound after word 3 55-75 ms instead of 43-48: off by default.
     cfg_scale: float = 1.0
     trace_attention: bool = False  # keep every step's cross-attention (`UtteranceSynthesizer.attention_trace`): pictures

@@ -20,15 +20,19 @@ class LossWeights:
     cross_ctc: float = 0.1
 
 
+class LossTerms:
+    """A training step's loss terms (tensor fields): logged as floats."""
+
+    def as_floats(self) -> dict[str, float]:
+        return {name: float(value.detach()) for name, value in vars(self).items()}
+
+
 @dataclass
-class TrainingLosses:
+class TrainingLosses(LossTerms):
     total: torch.Tensor
     ce: torch.Tensor
     aux: torch.Tensor
     cross_ctc: torch.Tensor
-
-    def as_floats(self) -> dict[str, float]:
-        return {name: float(value.detach()) for name, value in vars(self).items()}
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

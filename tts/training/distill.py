@@ -19,7 +19,7 @@ from audio_io.errors import UserError
 from tts.data.tokens import TokenizedUtterance, load_tokenized
 from tts.inference.export import load_exported
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, synthesize_text
-from tts.model.losses import masked_mean
+from tts.model.losses import LossTerms, masked_mean
 from tts.model.s5tts import S5TTS, teacher_forcing
 from tts.paths import DEFAULT_TOKENS
 from tts.training.trainer import TrainConfig, Trainer
@@ -66,15 +66,12 @@ def kl_teacher_student(teacher_logits: torch.Tensor, student_logits: torch.Tenso
 
 
 @dataclass
-class DistillLosses:
+class DistillLosses(LossTerms):
     total: torch.Tensor
     ce: torch.Tensor
     kl: torch.Tensor
     hidden_mse: torch.Tensor
     alignment: torch.Tensor
-
-    def as_floats(self) -> dict[str, float]:
-        return {k: float(v.detach()) for k, v in vars(self).items()}
 
 
 def distill_losses(student: S5TTS, teacher: S5TTS, batch, config: DistillConfig) -> DistillLosses:
