@@ -22,6 +22,7 @@ from tts.inference.synthesis import TTSBundle
 
 if TYPE_CHECKING:
     from agent.config import LLMSettings
+    from agent.records import TurnRecord
 
 
 def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path | None = None,
@@ -50,12 +51,46 @@ def add_llm_arguments(parser, choices: list[str], default: str | None) -> None:
     parser.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
 
 
+@dataclass
+class LLMChoice:
+    """Which LLM, and where: each setting resolved in the documented order (flag, environment, file, default)."""
+    kind: str  # auto, ollama, openai or embedded
+    ollama_model: str
+    ollama_host: str
+    keep_alive: str = "30m"
+    openai_url: str | None = None
+    openai_model: str | None = None
+    max_tokens: int | None = None
+
+    @classmethod
+    def from_args(cls, args, settings: "LLMSettings") -> "LLMChoice":
+        return cls(args.llm or settings.backend, args.ollama_model or settings.ollama_model,
+                   args.ollama_host or settings.host, keep_alive=settings.keep_alive,
+                   openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
+                   max_tokens=settings.max_tokens)
+
+    def new(self, kind: str | None = None) -> LLMBackend:
+        """A backend of `kind` (default: the chosen one; not auto), not yet contacted: `s5 serve` makes one per
+        conversation."""
+        kind = kind or self.kind
+        if kind == "openai":
+            from llm.openai_backend import DEFAULT_URL, OpenAILLM
+
+            return OpenAILLM(self.openai_model or "", self.openai_url or DEFAULT_URL, max_tokens=self.max_tokens)
+        if kind == "ollama":
+            from llm.ollama_backend import OllamaLLM
+
+            return OllamaLLM(self.ollama_model, self.ollama_host, keep_alive=self.keep_alive)
+        if kind == "embedded":
+            from llm.embedded import EmbeddedLLM
+
+            return EmbeddedLLM()
+        raise LLMError(f"unknown LLM {kind!r} (choose auto, ollama, openai or embedded)")
+
+
 async def llm_from_args(args, settings: "LLMSettings", say=print) -> LLMBackend:
-    """The LLM the flags ask for, each setting in the documented order (flag, environment, file, default)."""
-    return await pick_llm(args.llm or settings.backend, args.ollama_model or settings.ollama_model,
-                          args.ollama_host or settings.host, say=say, keep_alive=settings.keep_alive,
-                          openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
-                          max_tokens=settings.max_tokens)
+    """The LLM the flags ask for, warmed up."""
+    return await pick_llm(LLMChoice.from_args(args, settings), say=say)
 
 
 @asynccontextmanager
@@ -72,15 +107,12 @@ async def live_llm(args, settings: "LLMSettings", say=print) -> AsyncIterator[LL
         await llm.close()
 
 
-async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, keep_alive: str = "30m",
-                   openai_url: str | None = None, openai_model: str | None = None,
-                   max_tokens: int | None = None) -> LLMBackend:
-    """auto: Ollama if it answers with the model pulled, else the embedded model (saying which); openai: the
-    OpenAI-compatible server at openai_url."""
+async def pick_llm(choice: LLMChoice, say=print) -> LLMBackend:
+    """The chosen LLM, warmed up. auto: Ollama if it answers with the model pulled, else the embedded model (saying
+    which); openai: the OpenAI-compatible server at `choice.openai_url`."""
+    kind = choice.kind
     if kind == "openai":
-        from llm.openai_backend import DEFAULT_URL, OpenAILLM
-
-        llm = OpenAILLM(openai_model or "", openai_url or DEFAULT_URL, max_tokens=max_tokens)
+        llm = choice.new()
         try:
             await llm.warm_up()
         except LLMError:
@@ -89,26 +121,21 @@ async def pick_llm(kind: str, ollama_model: str, ollama_host: str, say=print, ke
         say(f"LLM: {llm.model} at {llm.base_url} (OpenAI-compatible)")
         return llm
     if kind in ("auto", "ollama"):
-        from llm.ollama_backend import OllamaLLM
-
         try:
-            ollama = OllamaLLM(ollama_model, ollama_host, keep_alive=keep_alive)
+            ollama = choice.new("ollama")
         except LLMError:
             if kind == "ollama":
                 raise
             ollama = None
         if kind == "ollama" or (ollama is not None and await ollama.available()):
             await ollama.warm_up()
-            say(f"LLM: Ollama {ollama_model} at {ollama_host}")
+            say(f"LLM: Ollama {choice.ollama_model} at {choice.ollama_host}")
             return ollama
         if ollama is not None:
             await ollama.close()
-        say(f"LLM: Ollama with {ollama_model} is not reachable at {ollama_host}; using the embedded Gemma 3 270M")
-    elif kind != "embedded":
-        raise LLMError(f"unknown LLM {kind!r} (choose auto, ollama, openai or embedded)")
-    from llm.embedded import EmbeddedLLM
-
-    llm = EmbeddedLLM()
+        say(f"LLM: Ollama with {choice.ollama_model} is not reachable at {choice.ollama_host}; using the embedded "
+            "Gemma 3 270M")
+    llm = choice.new("embedded")
     await llm.warm_up()
     if kind == "embedded":
         say("LLM: embedded Gemma 3 270M")

@@ -9,13 +9,12 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from agent.bench import cli as bench_cli
 from agent.chat import add_llm_arguments
 from agent.serve import cli as serve_cli
 from audio_io.errors import UserError
-from tts.cli import STRETCH_HELP, VOCODER_HELP, err, notice, print_result, progress_bar
+from tts.cli import STRETCH_HELP, VOCODER_HELP, err, notice, progress_bar
 from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
 

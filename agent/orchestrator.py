@@ -24,7 +24,7 @@ from typing import Callable
 
 from llm.base import LLMBackend, LLMError
 from tts.frontend.text import TextNormalizer
-from tts.inference.pipeline import Sink, Speech, gap_report
+from tts.inference.pipeline import Sink, Speech
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, SEGMENT_BREAK, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
@@ -108,6 +108,7 @@ class Agent:
         pieces: asyncio.Queue = asyncio.Queue()
         reply: list[str] = []
         self.sink.begin_turn(held=held)
+        record.synthesis, record.playback = synth.times, self.sink.stats  # each stage writes its own record
         record.request_sent = time.perf_counter_ns()
         stages = [
             asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record, synth.note_token)),
@@ -137,7 +138,7 @@ class Agent:
             for task in stages:
                 task.cancel()
             await synth.aclose()
-            self._finish_record(record, speech, "".join(reply))
+            self._finish_record(record, "".join(reply))
         return record
 
     async def _stop(self, stages: list[asyncio.Task], record: TurnRecord, cancelled: bool = True) -> None:
@@ -205,22 +206,8 @@ class Agent:
                 return
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
-    def _finish_record(self, record: TurnRecord, speech: Speech, reply: str) -> None:
-        times, stats, stamps = speech.synth.times, self.sink.stats, speech.stamps
+    def _finish_record(self, record: TurnRecord, reply: str) -> None:
         record.reply = reply
-        record.first_word, record.spoken_words = stamps.first_word_ns, stamps.spoken_words
-        record.first_audio_chunk, record.last_audio = stamps.first_audio_chunk_ns, stamps.last_audio_ns
-        record.audio_s = stamps.audio_s
-        record.word_k1_arrived = times.start_allowed_ns
-        record.first_codec_frame = times.first_codec_frame_ns
-        record.first_audible_sample = stats.first_audible_ns
-        record.underruns, record.underrun_ms = stats.underruns, round(stats.underrun_ms, 1)
-        record.gaps = gap_report(stats, stamps)
-        record.paced_ms = round(times.paced_s * 1000, 1)
-        record.opening_hold_ms = round(times.opening_hold_ms, 1)
-        record.frames = times.frames
-        record.frames_per_word = round(times.frames / times.words, 2) if times.words else None
-        record.rtf = round(times.compute_ns / 1e9 / record.audio_s, 3) if record.audio_s else None
         record.retracted = self._retracted
         if reply.strip() and not record.retracted:
             self.history += [{"role": "user", "content": record.user}, {"role": "assistant", "content": reply}]

@@ -2,52 +2,115 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.text import Text
 
+from audio_io.sinks import PlaybackStats
+from tts.inference.pipeline import gap_report
+from tts.inference.stream_parts import UtteranceTimes
+
 STAMPS = ("request_sent", "first_token", "first_word", "word_k1_arrived", "first_codec_frame", "first_audio_chunk",
           "first_audible_sample", "last_token", "last_audio")
+EXTRA_STAMPS = ("user_speech_start", "user_speech_end", "transcript_ready", "interrupted_at", "silenced")
 
 
 @dataclass
 class TurnRecord:
+    """A turn's latency record. The agent stamps what it sees (the request, the LLM's tokens, the user's speech, an
+    interruption); the turn's synthesizer and player stamp theirs in their own records, held here as they are
+    (`synthesis`, `playback`), so every event is written once, by the stage that observes it."""
     turn: int
     tts_mode: str
     llm: str
     user: str
     reply: str = ""
-    spoken_words: int = 0
     # perf_counter_ns stamps (None: never happened)
     request_sent: int | None = None
     first_token: int | None = None
-    first_word: int | None = None
-    word_k1_arrived: int | None = None  # synthesis may start (s5: word k+1; t5: the end; sentence: first sentence)
-    first_codec_frame: int | None = None
-    first_audio_chunk: int | None = None
-    first_audible_sample: int | None = None
     last_token: int | None = None
-    last_audio: int | None = None
     user_speech_start: int | None = None  # spoken input: the VAD's start and end of the user's speech
     user_speech_end: int | None = None
     transcript_ready: int | None = None  # ... and when Whisper's transcript was ready
     interrupted_at: int | None = None  # barge-in: the interrupting line (or Ctrl-C) arrived
     silenced: int | None = None  # ... and the sink's output went quiet (its device latency included)
-    underruns: int = 0
-    underrun_ms: float = 0.0
-    gaps: list[dict] = field(default_factory=list)  # per underrun: at_s, ms, the words before and after it
-    paced_ms: float = 0.0  # audio added by slowing down while the LLM was behind the voice
-    opening_hold_ms: float = 0.0  # a short first word waited this long for the next word's text (no gap after it)
-    rtf: float | None = None
-    frames: int = 0
-    frames_per_word: float | None = None
-    audio_s: float = 0.0
+    synthesis: UtteranceTimes = field(default_factory=UtteranceTimes)  # the engine's: words in, frames, chunks out
+    playback: PlaybackStats = field(default_factory=PlaybackStats)  # the player's: first audible sample, underruns
     cancelled: bool = False
     started_on_guess: bool = False  # spoken input: the turn began on the VAD's guess, held silent until the end was sure
     retracted: bool = False  # ... and the user went on speaking: it was dropped unheard (not in the history)
     error: str | None = None
     llm_stats: dict = field(default_factory=dict)
+
+    # ---- the stages' stamps, read where they were written -----------------------------------------------------
+    @property
+    def first_word(self) -> int | None:
+        return self.synthesis.first_word_ns
+
+    @property
+    def word_k1_arrived(self) -> int | None:
+        """Synthesis may start (s5: word k+1; t5: the end; sentence: first sentence)."""
+        return self.synthesis.start_allowed_ns
+
+    @property
+    def first_codec_frame(self) -> int | None:
+        return self.synthesis.first_codec_frame_ns
+
+    @property
+    def first_audio_chunk(self) -> int | None:
+        return self.synthesis.first_chunk_ns
+
+    @property
+    def last_audio(self) -> int | None:
+        return self.synthesis.last_chunk_ns
+
+    @property
+    def first_audible_sample(self) -> int | None:
+        return self.playback.first_audible_ns
+
+    @property
+    def spoken_words(self) -> int:
+        return self.synthesis.spoken_words
+
+    @property
+    def audio_s(self) -> float:
+        return self.synthesis.audio_s
+
+    @property
+    def frames(self) -> int:
+        return self.synthesis.frames
+
+    @property
+    def frames_per_word(self) -> float | None:
+        return round(self.synthesis.frames / self.synthesis.words, 2) if self.synthesis.words else None
+
+    @property
+    def rtf(self) -> float | None:
+        return round(self.synthesis.compute_ns / 1e9 / self.audio_s, 3) if self.audio_s else None
+
+    @property
+    def paced_ms(self) -> float:
+        """Audio added by slowing down while the LLM was behind the voice."""
+        return round(self.synthesis.paced_s * 1000, 1)
+
+    @property
+    def opening_hold_ms(self) -> float:
+        """A short first word waited this long for the next word's text (no gap after it)."""
+        return round(self.synthesis.opening_hold_ms, 1)
+
+    @property
+    def underruns(self) -> int:
+        return self.playback.underruns
+
+    @property
+    def underrun_ms(self) -> float:
+        return round(self.playback.underrun_ms, 1)
+
+    @property
+    def gaps(self) -> list[dict]:
+        """Per underrun: at_s, ms, the words before and after it."""
+        return gap_report(self.playback, self.synthesis)
 
     def ms_after_request(self, stamp: str) -> float | None:
         value = getattr(self, stamp)
@@ -86,10 +149,13 @@ class TurnRecord:
         return self.ms_after_request("first_audio_chunk")
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["e2e_ms"], data["e2e_chunk_ms"] = self.e2e_ms, self.e2e_chunk_ms
-        data["e2e_minus_floor_ms"], data["barge_in_ms"] = self.e2e_minus_floor_ms, self.barge_in_ms
-        data["voice_to_voice_ms"] = self.voice_to_voice_ms
+        """One flat JSON object: every stamp (and ms after the request), the derived figures, no raw lists."""
+        data = {name: getattr(self, name) for name in ("turn", "tts_mode", "llm", "user", "reply", "spoken_words")}
+        data |= {stamp: getattr(self, stamp) for stamp in STAMPS + EXTRA_STAMPS}
+        data |= {name: getattr(self, name) for name in (
+            "underruns", "underrun_ms", "gaps", "paced_ms", "opening_hold_ms", "rtf", "frames", "frames_per_word",
+            "audio_s", "cancelled", "started_on_guess", "retracted", "error", "llm_stats", "e2e_ms", "e2e_chunk_ms",
+            "e2e_minus_floor_ms", "barge_in_ms", "voice_to_voice_ms")}
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
         return data
 

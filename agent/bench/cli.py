@@ -18,7 +18,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
 
     from agent.bench.serve import bench_serve
     from agent.chat import load_bundles
-    from tts.eval.stream_bench import load_sentences
+    from tts.cli import read_sentences
+    from tts.eval.stream_bench import BENCH_SENTENCES
 
     try:
         counts = [int(n) for n in args.sessions.split(",") if n.strip()]
@@ -29,7 +30,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)  # as s5 serve: the sessions run on the worker's threads (--threads)
-    sentences = load_sentences(args.sentences)[: args.limit]
+    sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
     with progress_bar() as progress:
         result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
                                          batch_decode=not args.no_batch, worker_threads=args.threads))

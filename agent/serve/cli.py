@@ -11,7 +11,7 @@ from tts.cli import VOCODER_HELP, err, notice
 def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from agent.chat import load_bundles
+    from agent.chat import LLMChoice, load_bundles
     from agent.config import load_agent_settings
     from agent.serve.server import ServeConfig, create_app
 
@@ -22,21 +22,8 @@ def _serve(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # the sessions' synthesis runs on the worker's threads (--threads)
     llm_settings = load_agent_settings(args.config).llm  # the chat's settings, in the same order (flag first)
     bundles = load_bundles(["s5", "t5"], vocoder=args.vocoder)
-    llm_factory = None
-    if args.llm == "embedded":
-        from llm.embedded import EmbeddedLLM
-
-        llm_factory = EmbeddedLLM  # each conversation its own (the model is not safe to share between sessions)
-    elif args.llm == "ollama":
-        from llm.ollama_backend import OllamaLLM
-
-        llm_factory = lambda: OllamaLLM(args.ollama_model or llm_settings.ollama_model,  # noqa: E731
-                                        args.ollama_host or llm_settings.host, keep_alive=llm_settings.keep_alive)
-    elif args.llm == "openai":
-        from llm.openai_backend import OpenAILLM
-
-        llm_factory = lambda: OpenAILLM(args.llm_model or llm_settings.openai_model or "",  # noqa: E731
-                                        args.llm_url or llm_settings.url, max_tokens=llm_settings.max_tokens)
+    # each conversation its own LLM (the embedded model is not safe to share between sessions)
+    llm_factory = LLMChoice.from_args(args, llm_settings).new if args.llm != "none" else None
     app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
                                           batch_decode=not args.no_batch, worker_threads=args.threads), llm_factory)
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")

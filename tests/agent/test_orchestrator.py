@@ -173,7 +173,7 @@ def test_soak_summary_reports_memory_growth_and_latency_drift():
     records = []
     for i in range(40):
         record = TurnRecord(i + 1, "s5", "replay", "q")
-        record.request_sent, record.first_audible_sample = 0, int((500 + (100 if i >= 30 else 0)) * 1e6)
+        record.request_sent, record.playback.first_audible_ns = 0, int((500 + (100 if i >= 30 else 0)) * 1e6)
         records.append(record)
     rss = [100.0 + (1.0 if i >= 3 else 0.0) for i in range(40)]  # warm-up growth is not counted
     rss[-1] = 102.0

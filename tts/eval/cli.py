@@ -92,11 +92,11 @@ def _bench_codec(args: argparse.Namespace) -> int:
 def _bench_tts(args: argparse.Namespace) -> int:
     import asyncio
 
-    from tts.eval.stream_bench import bench_tts, load_sentences
+    from tts.eval.stream_bench import BENCH_SENTENCES, bench_tts
     from tts.inference.streaming import check_max_stretch, load_bundle
 
     s5, t5 = load_bundle("s5", args.s5_model), load_bundle("t5", args.t5_model)
-    sentences = load_sentences(args.sentences)[: args.limit]
+    sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
     if not sentences:
         raise UserError("no sentences to benchmark")
     with progress_bar() as progress:

@@ -3,7 +3,6 @@ real-time player simulation (`docs/design.md`, section 8)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,11 +22,6 @@ class RunRecord:
     mode: str
     text: str
     speech: SpeechResult  # played into an unpaced clock sink: the player model `s5 chat` uses
-
-
-def load_sentences(path: Path | None = None) -> list[str]:
-    lines = [l.strip() for l in (path or BENCH_SENTENCES).read_text().splitlines()]
-    return [l for l in lines if l and not l.startswith("#")]
 
 
 def percentile(values: list[float], q: float) -> float | None:

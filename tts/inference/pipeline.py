@@ -1,7 +1,10 @@
-"""The one pipeline driver: spoken words in, audio through a sink, stamps out (`docs/streaming_engine.md`).
+"""The one pipeline driver: spoken words in, audio through a sink (`docs/streaming_engine.md`).
 
-    words stage   words (async, any rate) -> synth.push_word ... synth.end()   (first word)
-    audio stage   synth.chunks() -> sink.write                                 (first chunk, last audio)
+    words stage   words (async, any rate) -> synth.push_word ... synth.end()
+    audio stage   synth.chunks() -> sink.write
+
+The synthesizer stamps its own events (`UtteranceTimes`: words in, chunks out) and the sink its own
+(`PlaybackStats`: first audible sample, underruns); `SpeechResult` reads both.
 
 `Speech.run(words)` is all of `s5 say`, `s5 eval` and `s5 bench tts`; the agent's turn runs the same two stages next
 to its LLM stage (`agent/orchestrator.py`), so chat, replay and the benches measure what they play. The sink is the
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -44,37 +47,18 @@ class Sink(Protocol):
 
 
 @dataclass
-class SpeechStamps:
-    """perf_counter_ns stamps the two stages take as they run (the synthesizer's own are in `UtteranceTimes`)."""
-    first_word_ns: int | None = None
-    first_audio_chunk_ns: int | None = None
-    last_audio_ns: int | None = None
-    audio_s: float = 0.0
-    spoken_words: int = 0
-    chunk_words: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)  # (starts at audio second, words)
-
-    def words_around(self, at_s: float) -> tuple[str, str]:
-        """The words completed just before audio second `at_s` (where a gap fell) and the next word completed
-        after it (a chunk sent mid-word names no word: the word it starts is completed by a later chunk)."""
-        before = [w for start, w in self.chunk_words if start < at_s - 1e-6 and w]
-        after = [w for start, w in self.chunk_words if start >= at_s - 1e-6 and w]
-        return " ".join(before[-1] if before else ()), " ".join(after[0] if after else ())
-
-
-@dataclass
 class SpeechResult:
-    stamps: SpeechStamps
     times: UtteranceTimes
     playback: PlaybackStats
     chunks: list[AudioChunk]  # kept only when asked (`Speech(keep_chunks=True)`)
 
     @property
     def words(self) -> int:
-        return self.stamps.spoken_words
+        return self.times.spoken_words
 
     @property
     def audio_s(self) -> float:
-        return self.stamps.audio_s
+        return self.times.audio_s
 
     @property
     def first_audible_ms(self) -> float | None:
@@ -97,7 +81,7 @@ class SpeechResult:
 
     def gaps(self) -> list[dict]:
         """Every underrun: when in the audio, how long, and the words on either side of it."""
-        return gap_report(self.playback, self.stamps)
+        return gap_report(self.playback, self.times)
 
     @property
     def audio(self) -> np.ndarray:
@@ -116,7 +100,6 @@ class Speech:
         self.synth = synth
         self.sink = sink
         self.keep_chunks = keep_chunks
-        self.stamps = SpeechStamps()
         self.chunks: list[AudioChunk] = []
 
     async def feed(self, words: AsyncIterable[str] | Iterable[str]) -> None:
@@ -125,22 +108,13 @@ class Speech:
             if word == SEGMENT_BREAK:
                 self.synth.push_break()
                 continue
-            if self.stamps.first_word_ns is None:
-                self.stamps.first_word_ns = time.perf_counter_ns()
             self.synth.push_word(word)
-            self.stamps.spoken_words += 1
         self.synth.end()
 
     async def play(self) -> None:
         """Audio stage: every chunk into the sink as soon as it is ready."""
         async for chunk in self.synth.chunks():
             self.sink.write(chunk.samples, chunk.play_after_ns)
-            if self.stamps.first_audio_chunk_ns is None:
-                self.stamps.first_audio_chunk_ns = chunk.created_ns
-            self.stamps.last_audio_ns = chunk.created_ns
-            if len(chunk.samples) or chunk.words:
-                self.stamps.chunk_words.append((self.stamps.audio_s, chunk.words))
-            self.stamps.audio_s += len(chunk.samples) / chunk.sample_rate
             if self.keep_chunks:
                 self.chunks.append(chunk)
 
@@ -161,13 +135,14 @@ class Speech:
         return self.result()
 
     def result(self) -> SpeechResult:
-        return SpeechResult(self.stamps, self.synth.times, self.sink.stats, self.chunks)
+        return SpeechResult(self.synth.times, self.sink.stats, self.chunks)
 
 
-def gap_report(playback: PlaybackStats, stamps: SpeechStamps) -> list[dict]:
+def gap_report(playback: PlaybackStats, times: UtteranceTimes) -> list[dict]:
+    """Every underrun the player saw, with the words the engine sent on either side of it."""
     out = []
     for at_s, gap_ms in playback.gaps:
-        before, after = stamps.words_around(at_s)
+        before, after = times.words_around(at_s)
         out.append({"at_s": round(at_s, 2), "ms": round(gap_ms, 1), "before": before, "after": after})
     return out
 

@@ -69,19 +69,49 @@ class AudioChunk:
 
 @dataclass
 class UtteranceTimes:
-    """Monotonic perf_counter_ns stamps of one utterance; the latency records and benchmarks read them."""
+    """What one utterance's synthesis did, and when (monotonic perf_counter_ns), each field written once by the
+    part that sees it happen: the inbox (words in), the schedule (frames, compute, pacing), the driver (chunks
+    out). A turn's record (`agent/records.py`) and the benchmarks read it; nothing copies it."""
     word_arrivals_ns: list[int] = field(default_factory=list)
     end_ns: int | None = None
     start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
     first_codec_frame_ns: int | None = None
-    first_chunk_ns: int | None = None
+    first_chunk_ns: int | None = None  # the first chunk with audio left the engine
+    last_chunk_ns: int | None = None
+    audio_s: float = 0.0  # audio sent so far
+    chunk_words: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)  # (starts at audio second, words)
     compute_ns: int = 0  # worker time spent decoding and rendering
     frames: int = 0
     paced_s: float = 0.0  # audio seconds added by pacing (stretching while waiting for text)
     prebuffer_ms: float = 0.0  # pacing: how long the player was asked to hold the first chunk
     opening_hold_ms: float = 0.0  # how long a short opening word waited for the next word's text
-    words: int = 0
+    words: int = 0  # words completed (decoded)
     capped_words: int = 0
+
+    @property
+    def first_word_ns(self) -> int | None:
+        return self.word_arrivals_ns[0] if self.word_arrivals_ns else None
+
+    @property
+    def spoken_words(self) -> int:
+        """Words given to the engine to speak."""
+        return len(self.word_arrivals_ns)
+
+    def sent(self, chunk: "AudioChunk") -> None:
+        """The driver sent `chunk` on (in order)."""
+        if self.first_chunk_ns is None and len(chunk.samples):
+            self.first_chunk_ns = chunk.created_ns
+        self.last_chunk_ns = chunk.created_ns
+        if len(chunk.samples) or chunk.words:
+            self.chunk_words.append((self.audio_s, chunk.words))
+        self.audio_s += len(chunk.samples) / chunk.sample_rate
+
+    def words_around(self, at_s: float) -> tuple[str, str]:
+        """The words completed just before audio second `at_s` (where a gap fell) and the next word completed
+        after it (a chunk sent mid-word names no word: the word it starts is completed by a later chunk)."""
+        before = [w for start, w in self.chunk_words if start < at_s - 1e-6 and w]
+        after = [w for start, w in self.chunk_words if start >= at_s - 1e-6 and w]
+        return " ".join(before[-1] if before else ()), " ".join(after[0] if after else ())
 
 
 class Pacer:

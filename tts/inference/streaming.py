@@ -182,8 +182,7 @@ class StreamingSynthesizer:
                     self._unit = asyncio.ensure_future(asyncio.to_thread(self._run_unit))
                 chunk, state = await asyncio.shield(self._unit)
                 if chunk is not None and len(chunk.samples):
-                    if self.times.first_chunk_ns is None:
-                        self.times.first_chunk_ns = chunk.created_ns
+                    self.times.sent(chunk)
                     yield chunk
                 if state == "done":
                     return

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from tts.model.alignment import (
     beta_binomial_log_prior,

@@ -301,12 +301,12 @@ def test_each_chunk_names_its_words_so_a_gap_can_be_traced(tiny_bundle):
 
     speech = run(speak(tiny_bundle(2), WORDS, "s5", config=synth_config()))
     assert [w for c in speech.chunks for w in c.words] == WORDS  # s5: every word once, in order
-    starts = [start for start, _ in speech.stamps.chunk_words]
+    starts = [start for start, _ in speech.times.chunk_words]
     assert starts == sorted(starts) and starts[0] == 0.0
-    second_start = speech.stamps.chunk_words[1][0]
-    next_word = next(words for start, words in speech.stamps.chunk_words[1:] if words)  # a mid-word chunk names none
-    gaps = gap_report(PlaybackStats(gaps=[[second_start, 42.0]]), speech.stamps)
-    assert gaps == [{"at_s": round(second_start, 2), "ms": 42.0, "before": " ".join(speech.stamps.chunk_words[0][1]),
+    second_start = speech.times.chunk_words[1][0]
+    next_word = next(words for start, words in speech.times.chunk_words[1:] if words)  # a mid-word chunk names none
+    gaps = gap_report(PlaybackStats(gaps=[[second_start, 42.0]]), speech.times)
+    assert gaps == [{"at_s": round(second_start, 2), "ms": 42.0, "before": " ".join(speech.times.chunk_words[0][1]),
                      "after": " ".join(next_word)}]
 
 
