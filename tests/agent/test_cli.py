@@ -1,19 +1,34 @@
-"""The `s5` command as a user meets it: real subprocesses, one-line errors, JSON where asked."""
+"""The `s5` command as a user meets it: one-line errors, JSON where asked. Commands run in this process through
+`main()` (each subprocess would import torch again); the chat runs as a real subprocess, as a user starts it."""
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 
-def s5(*args: str, timeout: int = 600, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, cwd=cwd)
+def s5(*args: str, timeout: int = 600, cwd=None, subprocess_run: bool = False) -> subprocess.CompletedProcess:
+    """`s5 ARGS`: its exit code, standard output and standard error."""
+    if subprocess_run:
+        return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+    from agent.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd or os.getcwd()), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's own errors
+            code = exit.code
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.slow  # loads the embedded Gemma and both voices
 def test_chat_runs_and_exits_cleanly(tmp_path):
-    result = s5("chat", cwd=tmp_path)  # no sound card and no input: WAVs under ./s5_chat_out, then a clean exit
+    result = s5("chat", cwd=tmp_path, subprocess_run=True)  # no sound card and no input: WAVs under ./s5_chat_out, then a clean exit
     assert result.returncode == 0 and "Traceback" not in result.stderr
     assert "llama_" not in result.stderr + result.stdout  # llama.cpp's own lines go to the log, not the screen
 
@@ -21,14 +36,14 @@ def test_chat_runs_and_exits_cleanly(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("data", "build", "--hours", "0.01", "--out", "/tmp/s5_bad_voice", "--voices", "nope"), "unknown voices: nope"),
+        (("data", "build", "--hours", "0.01", "--out", "{tmp}/bad_voice", "--voices", "nope"), "unknown voices: nope"),
         (("bench", "model", "--config", "no_such_config"), "no config 'no_such_config'"),
         (("eval", "--model", "/nonexistent/model"), "no S5-TTS checkpoint"),
-        (("train", "--config", "s5_default", "--data", "/nonexistent/tokens", "--out", "/tmp/s5_bad_run"), "no training utterances"),
+        (("train", "--config", "s5_default", "--data", "/nonexistent/tokens", "--out", "{tmp}/bad_run"), "no training utterances"),
     ],
 )
-def test_bad_input_gives_one_clear_line(args, message):
-    result = s5(*args)
+def test_bad_input_gives_one_clear_line(args, message, tmp_path):
+    result = s5(*(a.format(tmp=tmp_path) for a in args))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and message in result.stderr
     assert len([l for l in result.stderr.splitlines() if l.strip()]) <= 2

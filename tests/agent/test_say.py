@@ -36,19 +36,19 @@ def test_say_writes_a_wav(models, tmp_path, mode):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("say", "   ", "--out", "/tmp/x.wav"), "nothing to say"),
-        (("say", "*** --- ***", "--out", "/tmp/x.wav"), "nothing to say"),
+        (("say", "   ", "--out", "{tmp}/x.wav"), "nothing to say"),
+        (("say", "*** --- ***", "--out", "{tmp}/x.wav"), "nothing to say"),
         (("say", "hello", "--model", "/nonexistent"), "no S5-TTS checkpoint"),
         (("say", "hello", "--mode", "loud"), "invalid choice"),
     ],
 )
-def test_say_bad_input_gives_one_line(args, message):
-    result = s5(*args)
+def test_say_bad_input_gives_one_line(args, message, tmp_path):
+    result = s5(*(a.format(tmp=tmp_path) for a in args))
     assert result.returncode == 2 and "Traceback" not in result.stderr and message in result.stderr
 
 
-def test_say_refuses_s5_mode_on_a_full_context_model(models):
-    result = s5("say", "hello", "--model", str(models / "t5_default"), "--out", "/tmp/x.wav")
+def test_say_refuses_s5_mode_on_a_full_context_model(models, tmp_path):
+    result = s5("say", "hello", "--model", str(models / "t5_default"), "--out", str(tmp_path / "x.wav"))
     assert result.returncode == 2 and "needs an S5 checkpoint" in result.stderr
 
 
