@@ -100,14 +100,14 @@ def test_guidance_dropout_trains_the_null_state_only_on_dropped_rows():
         tiny_config(2, cfg_dropout=1.0)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("config_name", ["s5_default"])
-def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
+def test_the_model_overfits_one_utterance_with_every_loss():
+    """Every loss on, and each falls on one utterance: the gradients reach what they should (a small model shows it
+    as well as the shipped size, in seconds)."""
     torch.manual_seed(0)
-    config = load_model_config(config_name)
+    config = tiny_config(2, d_model=64, d_ffn=128)
     model = S5TTS(config)
     batch = _one_utterance(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     history = []
     for step in range(250):
         out = model(batch, prior_strength=1.0 if step < 100 else 0.0)
@@ -117,8 +117,8 @@ def test_cpu_model_overfits_one_utterance_with_every_loss(config_name):
         history.append(out.losses.as_floats())
     first, last = history[0], history[-1]
     assert all(last[name] > 0 for name in ("ce", "aux", "cross_ctc"))  # every loss was on
-    assert last["total"] < 0.1 * first["total"], (first, last)
-    assert last["ce"] < 0.1 * first["ce"] and last["aux"] < 0.5 * first["aux"]
+    assert last["total"] < 0.2 * first["total"], (first, last)
+    assert last["ce"] < 0.1 * first["ce"] and last["aux"] < 0.5 * first["aux"] and last["cross_ctc"] < 0.1 * first["cross_ctc"]
 
 
 def test_factorised_codes_are_a_product_of_digit_distributions():
