@@ -114,15 +114,21 @@ def _bench_e2e(args: argparse.Namespace) -> int:
 
 def _bench_paper(args: argparse.Namespace) -> int:
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT
-    from agent.bench.paper import PAPER_MODELS, bench_paper
+    from agent.bench.paper import PAPER_MODELS, PaperModel, bench_paper
     from llm.replay import ReplayScript
     from tts.cli import read_sentences
     from tts.paths import CONFIGS
 
+    models = list(PAPER_MODELS)
+    for extra in args.model:
+        name, _, directory = extra.rpartition("=")
+        if not name or not directory:
+            raise UserError(f"--model {extra}: NAME=FOLDER, e.g. 'S5 k=2 (control)=runs/s5_k2/export'")
+        models.append(PaperModel(name, Path(directory), "s5"))
     sentences = read_sentences(args.sentences or CONFIGS / "eval_replies.txt")[: args.limit]
     script = ReplayScript.load(DEFAULT_BENCH_SCRIPT)
     with progress_bar() as progress:
-        result = bench_paper(PAPER_MODELS, sentences, script, progress)
+        result = bench_paper(models, sentences, script, progress)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -173,6 +179,8 @@ def register(bench_kinds) -> None:
     paper.add_argument("--sentences", type=Path, default=None, help="unseen sentences, one per line (default: "
                        "configs/eval_replies.txt)")
     paper.add_argument("--limit", type=int, default=30, help="sentences used")
+    paper.add_argument("--model", action="append", default=[], help="another S5 row: NAME=FOLDER of exported weights "
+                       "(repeatable)")
     paper.set_defaults(func=_bench_paper)
     voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
     voice.add_argument("--json", action="store_true")
