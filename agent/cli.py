@@ -128,8 +128,6 @@ def _data_replies(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def _pacing_note(times) -> str:
     if not times.paced_s and not times.prebuffer_ms:
         return ""

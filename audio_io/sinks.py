@@ -46,8 +46,6 @@ class ClockSink:
     """Null sink: plays nothing, on a real-time clock. Playback starts with the first chunk of a turn; a chunk
     that arrives after the previous one finished playing is an underrun."""
 
-    kind = "null"
-
     def __init__(self, sample_rate: int, pace: bool = True, start_buffer_ms: float = START_BUFFER_MS):
         self.sample_rate = sample_rate
         self.pace = pace  # drain() waits for the simulated playback to finish (False: return at once)
@@ -156,8 +154,6 @@ class ClockSink:
 class WavSink(ClockSink):
     """Records what was played (16-bit mono WAV): `save(path)` writes and clears it, e.g. once per turn."""
 
-    kind = "wav"
-
     def __init__(self, sample_rate: int, path: Path | str, pace: bool = True):
         super().__init__(sample_rate, pace)
         self.path = Path(path)
@@ -197,8 +193,6 @@ class DeviceSink:
     """The sound card through a sounddevice callback stream fed from a thread-safe buffer. The callback
     zero-fills when the buffer runs dry (an underrun while the turn still has audio to come) and stamps the first
     audible sample with the time the device will play it."""
-
-    kind = "device"
 
     def __init__(self, sample_rate: int, device: str | int | None = None, blocksize: int = 512,
                  start_buffer_ms: float = START_BUFFER_MS):
@@ -345,8 +339,6 @@ class DeviceSink:
     def close(self) -> None:
         self._stream.stop()
         self._stream.close()
-
-
 
 
 def open_sink(kind: str, sample_rate: int, wav_path: Path | str = "s5_output.wav", device: str | int | None = None,

@@ -32,7 +32,6 @@ def load_audio(corpus: Path, audio_filepath: str) -> np.ndarray:
     return resample(audio, rate, SAMPLE_RATE)
 
 
-
 def cached_fp16(path: Path, compute: Callable[[], np.ndarray]) -> np.ndarray:
     """float32 array kept at `path` in fp16: loaded if there, else computed, written (atomically) and returned."""
     if path.exists():

