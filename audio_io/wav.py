@@ -55,4 +55,3 @@ def write_wav(path: Path | str, audio: np.ndarray, sample_rate: int = 22050) -> 
         f.setsampwidth(2)
         f.setframerate(sample_rate)
         f.writeframes(pcm.tobytes())
-

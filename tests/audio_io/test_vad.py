@@ -77,4 +77,3 @@ def test_a_guess_is_offered_early_in_the_pause_and_equals_the_final_utterance(qu
     assert (last.start_sample, last.end_sample) == (final.start_sample, final.end_sample)
     assert np.array_equal(last.audio, final.audio)
     assert 0 < guessed_at - final.end_sample < 0.3 * VAD_RATE  # well before the 600 ms that confirm the end
-

@@ -32,4 +32,3 @@ def load_exported(directory: Path) -> tuple[S5TTS, SymbolTable, dict]:
     model = S5TTS(from_dict(ModelConfig, meta["model"]))
     model.load_state_dict({k: v.float() for k, v in load_file(directory / "model.safetensors").items()})
     return model.eval(), SymbolTable(meta["symbols"]), meta
-

@@ -69,4 +69,3 @@ def collate(examples: list[Example]) -> Batch:
         torch.tensor([e.codes.shape[1] for e in examples]), torch.tensor([e.prompt_frames for e in examples]),
         frame_words,
     )
-
