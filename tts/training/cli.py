@@ -152,21 +152,24 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _distill(args: argparse.Namespace) -> int:
-    from tts.training.distill import DistillConfig, distill
+    from tts.training.distill import DistillConfig, distill, distill_schedule
 
-    config = DistillConfig(out=str(args.out), max_steps=args.max_steps, max_minutes=args.max_minutes or 0.0,
-                           asr_filter=not args.no_asr_filter, text_limit=args.text_limit, threads=args.threads)
-    for name in ("teacher", "student", "data"):
+    schedule = distill_schedule(out=str(args.out), max_steps=args.max_steps, max_minutes=args.max_minutes or 0.0,
+                                threads=args.threads)
+    if args.data:
+        schedule.data = str(args.data)
+    if args.speakers:
+        schedule.speakers = args.speakers.split(",")
+    config = DistillConfig(asr_filter=not args.no_asr_filter, text_limit=args.text_limit, train=schedule)
+    for name in ("teacher", "student"):
         if getattr(args, name):
             setattr(config, name, str(getattr(args, name)))
-    if args.speakers:
-        config.speakers = args.speakers.split(",")
     path = args.sentences or CONFIGS / "distill_sentences.txt"
     sentences = read_sentences(path)
     with progress_bar() as progress:
         result = distill(config, sentences, progress)
     d_text = result["d_text"]
-    err.print(f"distilled to step {result['steps']} in {config.out}; D_text kept {d_text['kept']}/{d_text['generated']} "
+    err.print(f"distilled to step {result['steps']} in {config.train.out}; D_text kept {d_text['kept']}/{d_text['generated']} "
               f"teacher samples ({d_text['kept_fraction']:.0%}) with zero WER")
     return 0
 

@@ -25,35 +25,24 @@ from tts.paths import DEFAULT_TOKENS
 from tts.training.trainer import TrainConfig, Trainer
 
 
+def distill_schedule(**overrides) -> TrainConfig:
+    """The trainer's settings for distillation: a pretrained student, so a short, gentle schedule with no alignment
+    prior (the student's alignment is already learned)."""
+    settings = dict(data=DEFAULT_TOKENS, out="runs/s5_distilled", grad_accum=2, lr=2e-4, lr_min=5e-5, warmup_steps=50,
+                    max_steps=1000, prior_full_until=0, prior_zero_at=0, aux_warmup_steps=0)
+    return TrainConfig(**(settings | overrides))
+
+
 @dataclass
 class DistillConfig:
     teacher: str = "tts/assets/models/t5_default"  # exported full-context model
     student: str = "tts/assets/models/s5_default"  # exported S5 model to start from (pretrained)
-    data: str = DEFAULT_TOKENS
-    speakers: list[str] = field(default_factory=list)
-    out: str = "runs/s5_distilled"
     text_limit: int = 200
     asr_filter: bool = True  # keep only zero-WER teacher samples
     hidden_weight: float = 10.0
     kl_weight: float = 1.0
     ce_weight: float = 1.0
-    batch_frames: int = 2400
-    max_frames: int = 400
-    lr: float = 2e-4
-    lr_min: float = 5e-5
-    warmup_steps: int = 50
-    max_steps: int = 1000
-    max_minutes: float = 0.0
-    checkpoint_minutes: float = 5.0
-    seed: int = 0
-    threads: int = 0
-
-    def train_config(self) -> TrainConfig:
-        return TrainConfig(data=self.data, out=self.out, speakers=self.speakers, batch_frames=self.batch_frames,
-                           max_frames=self.max_frames, grad_accum=2, lr=self.lr, lr_min=self.lr_min,
-                           warmup_steps=self.warmup_steps, max_steps=self.max_steps, prior_full_until=0, prior_zero_at=0,
-                           aux_warmup_steps=0, checkpoint_minutes=self.checkpoint_minutes, max_minutes=self.max_minutes,
-                           seed=self.seed, threads=self.threads)
+    train: TrainConfig = field(default_factory=distill_schedule)  # data, out, schedule, threads
 
 
 # ---- losses -----------------------------------------------------------------------------------------------------
@@ -124,14 +113,15 @@ def distill(config: DistillConfig, sentences: list[str], progress=None) -> dict:
     from tts.codec.load import load_codec
 
     teacher = TTSBundle(teacher_model, symbols, load_codec(teacher_meta.get("train", {}).get("codec_dir")))
-    audio_set = load_tokenized(Path(config.data), "train")
-    if config.speakers:
-        audio_set = [u for u in audio_set if u.speaker in config.speakers]
+    audio_set = load_tokenized(Path(config.train.data), "train")
+    if config.train.speakers:
+        audio_set = [u for u in audio_set if u.speaker in config.train.speakers]
     if not audio_set:
-        raise UserError(f"no training utterances in {config.data}")
-    text_set, text_stats = teacher_text_set(teacher, sentences[: config.text_limit], config.asr_filter, config.seed, progress)
+        raise UserError(f"no training utterances in {config.train.data}")
+    text_set, text_stats = teacher_text_set(teacher, sentences[: config.text_limit], config.asr_filter,
+                                            config.train.seed, progress)
 
-    trainer = Trainer(student_model.config, config.train_config(), progress)
+    trainer = Trainer(student_model.config, config.train, progress)
     if trainer.step == 0:  # a fresh run starts from the pretrained student
         trainer.model.load_state_dict(student_model.state_dict())
     teacher_model.to(trainer.device).eval()

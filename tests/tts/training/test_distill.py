@@ -13,6 +13,7 @@ from tts.model.s5tts import S5TTS
 from tts.training.distill import (
     DistillConfig,
     distill,
+    distill_schedule,
     kl_teacher_student,
     teacher_text_set,
 )
@@ -53,9 +54,10 @@ def test_distillation_runs_and_moves_the_student_towards_the_teacher(tmp_path):
                                      np.repeat([1, 2], 6).astype(np.int16)) for _ in range(6)]
     (tmp_path / "tokens").mkdir()
     save_shard(tmp_path / "tokens" / "train-0000.npz", utterances)
-    config = DistillConfig(teacher=str(tmp_path / "teacher"), student=str(tmp_path / "student"), data=str(tmp_path / "tokens"),
-                           out=str(tmp_path / "run"), asr_filter=False, batch_frames=48, max_steps=25, lr=3e-3, warmup_steps=1,
-                           ce_weight=0.0)  # the teacher never saw these random codes: follow the teacher only
+    schedule = distill_schedule(data=str(tmp_path / "tokens"), out=str(tmp_path / "run"), batch_frames=48, max_steps=25,
+                                lr=3e-3, warmup_steps=1)
+    config = DistillConfig(teacher=str(tmp_path / "teacher"), student=str(tmp_path / "student"), asr_filter=False,
+                           ce_weight=0.0, train=schedule)  # the teacher never saw these random codes: follow the teacher only
     result = distill(config, ["Good morning.", "See you soon."])
     assert result["steps"] == 25 and result["d_text"]["kept"] == 2
     log = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
