@@ -14,6 +14,15 @@ from tts.inference.stream_parts import UtteranceTimes
 STAMPS = ("request_sent", "first_token", "first_word", "word_k1_arrived", "first_codec_frame", "first_audio_chunk",
           "first_audible_sample", "last_token", "last_audio")
 EXTRA_STAMPS = ("user_speech_start", "user_speech_end", "transcript_ready", "interrupted_at", "silenced")
+# the stamps the turn's synthesizer and player write in their own records: name -> (part, attribute)
+STAGE_STAMPS = {
+    "first_word": ("synthesis", "first_word_ns"),
+    "word_k1_arrived": ("synthesis", "start_allowed_ns"),  # s5: word k+1; t5: the reply's end; sentence: its first
+    "first_codec_frame": ("synthesis", "first_codec_frame_ns"),
+    "first_audio_chunk": ("synthesis", "first_chunk_ns"),
+    "last_audio": ("synthesis", "last_chunk_ns"),
+    "first_audible_sample": ("playback", "first_audible_ns"),
+}
 
 
 @dataclass
@@ -43,43 +52,12 @@ class TurnRecord:
     error: str | None = None
     llm_stats: dict = field(default_factory=dict)
 
-    # ---- the stages' stamps, read where they were written -----------------------------------------------------
-    @property
-    def first_word(self) -> int | None:
-        return self.synthesis.first_word_ns
-
-    @property
-    def word_k1_arrived(self) -> int | None:
-        """Synthesis may start (s5: word k+1; t5: the end; sentence: first sentence)."""
-        return self.synthesis.start_allowed_ns
-
-    @property
-    def first_codec_frame(self) -> int | None:
-        return self.synthesis.first_codec_frame_ns
-
-    @property
-    def first_audio_chunk(self) -> int | None:
-        return self.synthesis.first_chunk_ns
-
-    @property
-    def last_audio(self) -> int | None:
-        return self.synthesis.last_chunk_ns
-
-    @property
-    def first_audible_sample(self) -> int | None:
-        return self.playback.first_audible_ns
-
-    @property
-    def spoken_words(self) -> int:
-        return self.synthesis.spoken_words
-
-    @property
-    def audio_s(self) -> float:
-        return self.synthesis.audio_s
-
-    @property
-    def frames(self) -> int:
-        return self.synthesis.frames
+    def stamp(self, name: str) -> int | None:
+        """A stamp by its JSON name: the agent's own field, or the stage's record that wrote it (STAGE_STAMPS)."""
+        if name in STAGE_STAMPS:
+            part, attribute = STAGE_STAMPS[name]
+            return getattr(getattr(self, part), attribute)
+        return getattr(self, name)
 
     @property
     def frames_per_word(self) -> float | None:
@@ -87,7 +65,7 @@ class TurnRecord:
 
     @property
     def rtf(self) -> float | None:
-        return round(self.synthesis.compute_ns / 1e9 / self.audio_s, 3) if self.audio_s else None
+        return round(self.synthesis.compute_ns / 1e9 / self.synthesis.audio_s, 3) if self.synthesis.audio_s else None
 
     @property
     def paced_ms(self) -> float:
@@ -113,7 +91,7 @@ class TurnRecord:
         return gap_report(self.playback, self.synthesis)
 
     def ms_after_request(self, stamp: str) -> float | None:
-        value = getattr(self, stamp)
+        value = self.stamp(stamp)
         return None if value is None or self.request_sent is None else round((value - self.request_sent) / 1e6, 1)
 
     @property
@@ -125,16 +103,14 @@ class TurnRecord:
     def e2e_minus_floor_ms(self) -> float | None:
         """First audible sample after synthesis was allowed to start (s5: word k+1 arrived; t5: the reply ended;
         sentence: the first sentence ended): what the engine adds to the LLM's own pace."""
-        if self.first_audible_sample is None or self.word_k1_arrived is None:
-            return None
-        return round((self.first_audible_sample - self.word_k1_arrived) / 1e6, 1)
+        audible, allowed = self.playback.first_audible_ns, self.synthesis.start_allowed_ns
+        return None if audible is None or allowed is None else round((audible - allowed) / 1e6, 1)
 
     @property
     def voice_to_voice_ms(self) -> float | None:
         """Spoken input: from the end of the user's speech to the first audible sample of the answer."""
-        if self.user_speech_end is None or self.first_audible_sample is None:
-            return None
-        return round((self.first_audible_sample - self.user_speech_end) / 1e6, 1)
+        audible = self.playback.first_audible_ns
+        return None if self.user_speech_end is None or audible is None else round((audible - self.user_speech_end) / 1e6, 1)
 
     @property
     def barge_in_ms(self) -> float | None:
@@ -150,12 +126,12 @@ class TurnRecord:
 
     def to_json(self) -> dict:
         """One flat JSON object: every stamp (and ms after the request), the derived figures, no raw lists."""
-        data = {name: getattr(self, name) for name in ("turn", "tts_mode", "llm", "user", "reply", "spoken_words")}
-        data |= {stamp: getattr(self, stamp) for stamp in STAMPS + EXTRA_STAMPS}
+        data = {name: getattr(self, name) for name in ("turn", "tts_mode", "llm", "user", "reply")}
+        data |= {name: getattr(self.synthesis, name) for name in ("spoken_words", "frames", "audio_s")}
+        data |= {stamp: self.stamp(stamp) for stamp in STAMPS + EXTRA_STAMPS}
         data |= {name: getattr(self, name) for name in (
-            "underruns", "underrun_ms", "gaps", "paced_ms", "opening_hold_ms", "rtf", "frames", "frames_per_word",
-            "audio_s", "cancelled", "started_on_guess", "retracted", "error", "llm_stats", "e2e_ms", "e2e_chunk_ms",
-            "e2e_minus_floor_ms", "barge_in_ms", "voice_to_voice_ms")}
+            "underruns", "underrun_ms", "gaps", "paced_ms", "opening_hold_ms", "rtf", "frames_per_word", "cancelled",
+            "started_on_guess", "retracted", "error", "llm_stats", "e2e_ms", "e2e_chunk_ms", "e2e_minus_floor_ms", "barge_in_ms", "voice_to_voice_ms")}
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
         return data
 
@@ -165,8 +141,8 @@ class TurnRecord:
 
         voice = [f"voice-to-voice {ms(self.voice_to_voice_ms)}"] if self.user_speech_end is not None else []
         parts = [f"turn {self.turn}", self.tts_mode, *voice, f"E2E {ms(self.e2e_ms)}", f"first chunk {ms(self.e2e_chunk_ms)}",
-                 f"first token {ms(self.ms_after_request('first_token'))}", f"{self.spoken_words} words",
-                 f"{self.audio_s:.1f} s audio", f"rtf {self.rtf:.2f}" if self.rtf is not None else "rtf -",
+                 f"first token {ms(self.ms_after_request('first_token'))}", f"{self.synthesis.spoken_words} words",
+                 f"{self.synthesis.audio_s:.1f} s audio", f"rtf {self.rtf:.2f}" if self.rtf is not None else "rtf -",
                  f"underruns {self.underruns}"]
         if self.paced_ms:
             parts.append(f"paced +{self.paced_ms:.0f} ms")

@@ -54,11 +54,11 @@ async def bench_barge_in(script: ReplayScript, bundle: TTSBundle, after_ms: floa
 def summarize_records(records: list[TurnRecord]) -> dict:
     e2e = [r.e2e_ms for r in records if r.e2e_ms is not None]
     chunk = [r.e2e_chunk_ms for r in records if r.e2e_chunk_ms is not None]
-    first_chunk = [(r.first_audio_chunk - r.word_k1_arrived) / 1e6 for r in records
-                   if r.first_audio_chunk is not None and r.word_k1_arrived is not None]
+    first_chunk = [(r.synthesis.first_chunk_ns - r.synthesis.start_allowed_ns) / 1e6 for r in records
+                   if r.synthesis.first_chunk_ns is not None and r.synthesis.start_allowed_ns is not None]
     over_floor = [r.e2e_minus_floor_ms for r in records if r.e2e_minus_floor_ms is not None]
-    audio = sum(r.audio_s for r in records)
-    compute = sum((r.rtf or 0) * r.audio_s for r in records)
+    audio = sum(r.synthesis.audio_s for r in records)
+    compute = sum((r.rtf or 0) * r.synthesis.audio_s for r in records)
     return {
         "e2e_p50_ms": pct(e2e, 50), "e2e_p95_ms": pct(e2e, 95),
         "e2e_chunk_p50_ms": pct(chunk, 50), "e2e_chunk_p95_ms": pct(chunk, 95),

@@ -33,11 +33,11 @@ def test_a_turn_end_to_end_fills_its_record_in_order(bundles, mode):
     agent, _ = make_agent(bundles, [("When is the meeting?", reply)], mode)
     record = asyncio.run(agent.run_turn("When is the meeting?"))
     assert record.error is None and not record.cancelled and record.reply == reply
-    assert record.spoken_words == len(normalize_text(reply))
-    stamps = [record.request_sent, record.first_token, record.first_word, record.word_k1_arrived,
-              record.first_codec_frame, record.first_audio_chunk]
+    assert record.synthesis.spoken_words == len(normalize_text(reply))
+    stamps = [record.stamp(name) for name in ("request_sent", "first_token", "first_word", "word_k1_arrived",
+                                              "first_codec_frame", "first_audio_chunk")]
     assert None not in stamps and stamps == sorted(stamps)
-    assert record.last_audio >= record.first_audio_chunk and record.audio_s > 0 and record.frames > 0
+    assert record.stamp("last_audio") >= record.stamp("first_audio_chunk") and record.synthesis.audio_s > 0 and record.synthesis.frames > 0
     assert agent.history[-1] == {"role": "assistant", "content": reply}
 
 
@@ -61,7 +61,7 @@ def test_a_code_block_breaks_the_word_stream_where_it_opens(bundles):
     assert words == ["Use", "the", "print", "function:", SEGMENT_BREAK, "Run", "it."]
     agent, _ = make_agent(bundles, [("How?", reply)])
     record = asyncio.run(agent.run_turn("How?"))
-    assert record.error is None and record.spoken_words == 6 and record.underruns == 0
+    assert record.error is None and record.synthesis.spoken_words == 6 and record.underruns == 0
 
 
 def test_history_is_sent_with_the_next_turn(bundles):
@@ -89,7 +89,7 @@ def test_llm_dying_mid_reply_ends_the_turn_cleanly_and_speaks_what_arrived(bundl
 
     record = asyncio.run(scenario())
     assert record.error.startswith("Ollama reported an error mid-reply") and "\n" not in record.error
-    assert record.reply == "Sure, the capital" and record.spoken_words == 3 and record.audio_s > 0
+    assert record.reply == "Sure, the capital" and record.synthesis.spoken_words == 3 and record.synthesis.audio_s > 0
 
 
 def test_barge_in_stops_speech_flushes_audio_and_the_next_turn_works(bundles):
@@ -108,10 +108,10 @@ def test_barge_in_stops_speech_flushes_audio_and_the_next_turn_works(bundles):
         return first, played_until, second
 
     first, played_until, second = asyncio.run(scenario())
-    assert first.cancelled and first.spoken_words < len(normalize_text(long_reply))
+    assert first.cancelled and first.synthesis.spoken_words < len(normalize_text(long_reply))
     assert first.interrupted_at is not None and first.silenced >= first.interrupted_at and first.barge_in_ms >= 0
     assert played_until <= first.silenced  # nothing left to play after the silence stamp
-    assert second.error is None and not second.cancelled and second.spoken_words == 1
+    assert second.error is None and not second.cancelled and second.synthesis.spoken_words == 1
     assert second.barge_in_ms is None  # no interruption, no figure
 
 
@@ -137,8 +137,8 @@ def test_a_hundred_hostile_replies_never_raise(bundles):
     records = asyncio.run(all_turns())
     assert len(records) == 100
     assert all(r.error is None and not r.cancelled for r in records)
-    spoken = [r for r in records if r.spoken_words]
-    assert all(r.audio_s > 0 for r in spoken)
+    spoken = [r for r in records if r.synthesis.spoken_words]
+    assert all(r.synthesis.audio_s > 0 for r in spoken)
 
 
 def test_a_bug_in_one_turn_ends_that_turn_only(bundles, monkeypatch, caplog):
@@ -163,7 +163,7 @@ def test_a_bug_in_one_turn_ends_that_turn_only(bundles, monkeypatch, caplog):
         failed, next_turn = asyncio.run(both())
     assert failed.error.startswith("this turn failed: KeyError") and "\n" not in failed.error
     assert not failed.cancelled and "a normaliser bug" in caplog.text and "Traceback" in caplog.text
-    assert next_turn.error is None and next_turn.spoken_words == len(normalize_text("Still here, all good."))
+    assert next_turn.error is None and next_turn.synthesis.spoken_words == len(normalize_text("Still here, all good."))
 
 
 def test_soak_summary_reports_memory_growth_and_latency_drift():
@@ -192,7 +192,7 @@ def test_a_spoken_turn_records_voice_to_voice_latency(bundles):
     heard = HeardLine("What time is it?", now - int(1.5e9), now - int(0.6e9), now)
     record = asyncio.run(agent.run_turn(heard.text, heard=heard))
     assert record.user_speech_end == heard.speech_end_ns and record.transcript_ready == now
-    assert record.voice_to_voice_ms == pytest.approx((record.first_audible_sample - heard.speech_end_ns) / 1e6, abs=0.1)
+    assert record.voice_to_voice_ms == pytest.approx((record.stamp("first_audible_sample") - heard.speech_end_ns) / 1e6, abs=0.1)
     assert record.voice_to_voice_ms > 600 and "voice-to-voice" in record.summary_line()
     assert record.to_json()["voice_to_voice_ms"] == record.voice_to_voice_ms
 
@@ -220,7 +220,7 @@ def test_a_turn_started_on_a_guess_is_silent_until_confirmed_and_a_retracted_one
         assert spoken.on_event(final, speaking=True) is None  # it confirms, it does not start another turn
         first = await turn
         assert first.started_on_guess and not first.retracted
-        assert sink.stats.first_played_ns >= confirmed and first.first_audible_sample >= confirmed
+        assert sink.stats.first_played_ns >= confirmed and first.stamp("first_audible_sample") >= confirmed
 
         guess2 = HeardLine("Is it raining", now, now + int(0.5e9), time.perf_counter_ns(), guess=True)
         spoken.on_event(guess2, speaking=False)

@@ -106,7 +106,7 @@ def test_a_turn_played_through_pulseaudio_is_what_was_sent(pulse, tiny_bundle, t
     correlation = float(np.dot(segment, sent) / (np.linalg.norm(segment) * np.linalg.norm(sent)))
     assert correlation > 0.9
     assert 0.8 < np.linalg.norm(segment) / np.linalg.norm(sent) < 1.25  # same loudness
-    assert record.first_audible_sample is not None and record.underruns == 0
+    assert record.stamp("first_audible_sample") is not None and record.underruns == 0
 
 
 def test_a_spoken_question_is_heard_and_answered_through_pulseaudio(pulse, tmp_path):
@@ -229,6 +229,6 @@ def test_speaking_over_the_answer_interrupts_it_through_pulseaudio(pulse, tmp_pa
         subprocess.run(["pactl", "set-default-sink", SINK], capture_output=True)  # as the other tests expect
     assert len(records) == 2, records
     story_turn, question_turn = records
-    assert story_turn.cancelled and story_turn.audio_s < 10  # interrupted long before the story's end
+    assert story_turn.cancelled and story_turn.synthesis.audio_s < 10  # interrupted long before the story's end
     assert {"capital", "germany"} <= set(question_turn.user.lower().replace("?", "").split())
-    assert question_turn.error is None and not question_turn.cancelled and question_turn.audio_s > 0
+    assert question_turn.error is None and not question_turn.cancelled and question_turn.synthesis.audio_s > 0
