@@ -20,7 +20,7 @@ def test_eval_audio_is_what_a_chat_turn_plays(tiny_bundle, tmp_path):
         agent = Agent(ReplayLLM(ReplayScript("eval", [ReplayTurn("hi", TEXT)], first_token_ms=0, tokens_per_second=500)),
                       {mode: bundle}, sink, AgentConfig(tts_mode=mode, synthesis=SynthesisConfig(seed=3), max_stretch=1.0))
         record = asyncio.run(agent.run_turn("hi"))
-        assert record.error is None and record.spoken_words > 0 and result.chunks > 0
+        assert record.error is None and record.synthesis.spoken_words > 0 and result.chunks > 0
         played = sink.audio()
         # same words, same seed, same engine: the very same samples (the sink clips as a sound card would)
         assert np.array_equal(np.clip(result.audio, -1, 1), played)
