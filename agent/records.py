@@ -131,7 +131,8 @@ class TurnRecord:
         data |= {stamp: self.stamp(stamp) for stamp in STAMPS + EXTRA_STAMPS}
         data |= {name: getattr(self, name) for name in (
             "underruns", "underrun_ms", "gaps", "paced_ms", "opening_hold_ms", "rtf", "frames_per_word", "cancelled",
-            "started_on_guess", "retracted", "error", "llm_stats", "e2e_ms", "e2e_chunk_ms", "e2e_minus_floor_ms", "barge_in_ms", "voice_to_voice_ms")}
+            "started_on_guess", "retracted", "error", "llm_stats", "e2e_ms", "e2e_chunk_ms", "e2e_minus_floor_ms",
+            "barge_in_ms", "voice_to_voice_ms")}
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}
         return data
 
