@@ -10,11 +10,13 @@ import sys
 import pytest
 
 
-def s5(*args: str, timeout: int = 600, cwd=None, subprocess_run: bool = False) -> subprocess.CompletedProcess:
-    """`s5 ARGS`: its exit code, standard output and standard error."""
+def s5(*args: str, timeout: int = 600, cwd=None, subprocess_run: bool = False, typed: str | None = None
+       ) -> subprocess.CompletedProcess:
+    """`s5 ARGS`: its exit code, standard output and standard error (`typed`: the subprocess's standard input)."""
     if subprocess_run:
         return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+                              timeout=timeout, input=typed, stdin=None if typed is not None else subprocess.DEVNULL,
+                              cwd=cwd)
     from agent.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -27,10 +29,16 @@ def s5(*args: str, timeout: int = 600, cwd=None, subprocess_run: bool = False) -
 
 
 @pytest.mark.slow  # loads the embedded Gemma and both voices
-def test_chat_runs_and_exits_cleanly(tmp_path):
-    result = s5("chat", cwd=tmp_path, subprocess_run=True)  # no sound card and no input: WAVs under ./s5_chat_out, then a clean exit
+def test_chat_answers_a_typed_line_and_exits_cleanly(tmp_path):
+    """The README's first command as CI meets it: no sound card, one typed line, then end of input."""
+    result = s5("chat", cwd=tmp_path, subprocess_run=True, typed="Hello! How are you today?\n")
     assert result.returncode == 0 and "Traceback" not in result.stderr
     assert "llama_" not in result.stderr + result.stdout  # llama.cpp's own lines go to the log, not the screen
+    out = tmp_path / "s5_chat_out"  # the turn's latency record (and, with no sound card, its WAV)
+    [record] = [json.loads(line) for line in (out / "latency.jsonl").read_text().splitlines()]
+    assert record["error"] is None and record["reply"] and record["spoken_words"] > 0 and record["audio_s"] > 0
+    played_to_a_device = "turns are written to" not in result.stderr
+    assert len(list(out.glob("*.wav"))) == (0 if played_to_a_device else 1)
 
 
 @pytest.mark.parametrize(

@@ -192,9 +192,10 @@ def test_a_spoken_turn_records_voice_to_voice_latency(bundles):
     now = time.perf_counter_ns()
     heard = HeardLine("What time is it?", now - int(1.5e9), now - int(0.6e9), now)
     record = asyncio.run(agent.run_turn(heard.text, heard=heard))
+    turn_ms = (time.perf_counter_ns() - now) / 1e6
     assert record.user_speech_end == heard.speech_end_ns and record.transcript_ready == now
-    assert record.voice_to_voice_ms == pytest.approx((record.stamp("first_audible_sample") - heard.speech_end_ns) / 1e6, abs=0.1)
-    assert record.voice_to_voice_ms > 600 and "voice-to-voice" in record.summary_line()
+    # the speech ended 600 ms before the turn began, and the answer sounded during the turn
+    assert 600 < record.voice_to_voice_ms < 600 + turn_ms and "voice-to-voice" in record.summary_line()
     assert record.to_json()["voice_to_voice_ms"] == record.voice_to_voice_ms
 
 
