@@ -90,9 +90,13 @@ class TurnRecord:
         """Per underrun: at_s, ms, the words before and after it."""
         return gap_report(self.playback, self.synthesis)
 
+    def ms_between(self, start: str, end: str) -> float | None:
+        """Milliseconds from one stamp to another (None: either never happened)."""
+        begin, until = self.stamp(start), self.stamp(end)
+        return None if begin is None or until is None else round((until - begin) / 1e6, 1)
+
     def ms_after_request(self, stamp: str) -> float | None:
-        value = self.stamp(stamp)
-        return None if value is None or self.request_sent is None else round((value - self.request_sent) / 1e6, 1)
+        return self.ms_between("request_sent", stamp)
 
     @property
     def e2e_ms(self) -> float | None:
@@ -103,21 +107,17 @@ class TurnRecord:
     def e2e_minus_floor_ms(self) -> float | None:
         """First audible sample after synthesis was allowed to start (s5: word k+1 arrived; t5: the reply ended;
         sentence: the first sentence ended): what the engine adds to the LLM's own pace."""
-        audible, allowed = self.playback.first_audible_ns, self.synthesis.start_allowed_ns
-        return None if audible is None or allowed is None else round((audible - allowed) / 1e6, 1)
+        return self.ms_between("word_k1_arrived", "first_audible_sample")
 
     @property
     def voice_to_voice_ms(self) -> float | None:
         """Spoken input: from the end of the user's speech to the first audible sample of the answer."""
-        audible = self.playback.first_audible_ns
-        return None if self.user_speech_end is None or audible is None else round((audible - self.user_speech_end) / 1e6, 1)
+        return self.ms_between("user_speech_end", "first_audible_sample")
 
     @property
     def barge_in_ms(self) -> float | None:
         """From the interruption to silence at the sink."""
-        if self.interrupted_at is None or self.silenced is None:
-            return None
-        return round((self.silenced - self.interrupted_at) / 1e6, 1)
+        return self.ms_between("interrupted_at", "silenced")
 
     @property
     def e2e_chunk_ms(self) -> float | None:

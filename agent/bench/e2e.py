@@ -54,8 +54,7 @@ async def bench_barge_in(script: ReplayScript, bundle: TTSBundle, after_ms: floa
 def summarize_records(records: list[TurnRecord]) -> dict:
     e2e = [r.e2e_ms for r in records if r.e2e_ms is not None]
     chunk = [r.e2e_chunk_ms for r in records if r.e2e_chunk_ms is not None]
-    first_chunk = [(r.synthesis.first_chunk_ns - r.synthesis.start_allowed_ns) / 1e6 for r in records
-                   if r.synthesis.first_chunk_ns is not None and r.synthesis.start_allowed_ns is not None]
+    first_chunk = [ms for r in records if (ms := r.ms_between("word_k1_arrived", "first_audio_chunk")) is not None]
     over_floor = [r.e2e_minus_floor_ms for r in records if r.e2e_minus_floor_ms is not None]
     audio = sum(r.synthesis.audio_s for r in records)
     compute = sum((r.rtf or 0) * r.synthesis.audio_s for r in records)
