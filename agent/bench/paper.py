@@ -30,9 +30,9 @@ PAPER_MODELS = [
 
 def bench_paper(models: list[PaperModel], sentences: list[str], script: ReplayScript, progress=None) -> dict:
     """One row per model; every model speaks the same sentences with the same seeds, behind the same LLM stream."""
+    bundles = [load_bundle(model.mode, model.directory) for model in models]  # a missing model fails before any work
     rows = []
-    for model in models:
-        bundle = load_bundle(model.mode, model.directory)
+    for model, bundle in zip(models, bundles):
         quality = evaluate(bundle, sentences, mode=model.mode, progress=progress)
         latency = asyncio.run(bench_e2e(script, {model.mode: bundle}, modes=(model.mode,), progress=progress,
                                         barge_in=False))[model.mode]

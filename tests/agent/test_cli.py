@@ -47,6 +47,7 @@ def test_chat_answers_a_typed_line_and_exits_cleanly(tmp_path):
         (("data", "build", "--hours", "0.01", "--out", "{tmp}/bad_voice", "--voices", "nope"), "unknown voices: nope"),
         (("bench", "model", "--config", "no_such_config"), "no config 'no_such_config'"),
         (("eval", "--model", "/nonexistent/model"), "no S5-TTS checkpoint"),
+        (("bench", "paper", "--model", "extra=/nonexistent/model"), "no S5-TTS checkpoint"),  # before any model runs
         (("train", "--config", "s5_default", "--data", "/nonexistent/tokens", "--out", "{tmp}/bad_run"), "no training utterances"),
     ],
 )
