@@ -8,7 +8,7 @@ on sample t * 256, as the log-mel's analysis frames are, so T frames give T * 25
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -29,7 +29,8 @@ class IstftVocoderConfig:
     intermediate: int = 1152
     layers: int = 8
     kernel: int = 7
-    lookahead: int = 2  # mel frames of right context the convolutions see (one in the input conv, one in block 0)
+    lookahead: int = 2  # mel frames of right context the convolutions see (one in the input conv, the rest in
+    # block 0, whose kernel is wider by the extra frames so that its left context stays `kernel - 2`)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -72,10 +73,23 @@ class IstftGenerator(nn.Module):
         self.embed = StreamConv1d(mel.N_MELS, config.dim, config.kernel, right=min(config.lookahead, 1))
         self.norm = nn.LayerNorm(config.dim, eps=1e-6)
         rights = [max(config.lookahead - 1, 0)] + [0] * (config.layers - 1)
-        self.blocks = nn.ModuleList([ConvNeXtBlock(config.dim, config.intermediate, config.kernel, r) for r in rights])
+        self.blocks = nn.ModuleList([ConvNeXtBlock(config.dim, config.intermediate, config.kernel + max(r - 1, 0), r)
+                                     for r in rights])
         self.final_norm = nn.LayerNorm(config.dim, eps=1e-6)
         self.head = nn.Linear(config.dim, mel.N_FFT + 2)  # log-magnitude and phase of 513 bins
         self.register_buffer("window", torch.hann_window(mel.N_FFT), persistent=False)
+
+    def widened(self, lookahead: int) -> "IstftGenerator":
+        """The same function with more right context to learn from: block 0's depthwise kernel grows by the extra
+        frames, its new (future) taps zero, so a training run starts where this generator is and may use them."""
+        if lookahead < self.config.lookahead or self.config.lookahead < 2:
+            raise ValueError(f"can widen a lookahead of 2 or more only upwards ({self.config.lookahead} -> {lookahead})")
+        wider = IstftGenerator(replace(self.config, lookahead=lookahead))
+        state = self.state_dict()
+        old = state["blocks.0.dwconv.weight"]  # (dim, 1, kernel): taps for offsets -left .. +right
+        state["blocks.0.dwconv.weight"] = F.pad(old, (0, lookahead - self.config.lookahead))
+        wider.load_state_dict(state)
+        return wider
 
     def use_bf16_blocks(self) -> "IstftGenerator":
         """Inference: the blocks' pointwise layers (85% of the weights) in bfloat16, where the CPU computes it

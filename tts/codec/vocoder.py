@@ -178,7 +178,7 @@ class Vocoder:
 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "vocoder.json").write_text(json.dumps(asdict(self.generator.config), indent=1))
-        state = {k: v.detach().half().contiguous() for k, v in self.generator.state_dict().items()}
+        state = {k: v.detach().half().cpu().contiguous() for k, v in self.generator.state_dict().items()}
         save_file(state, folder / "vocoder.safetensors")
 
     @torch.inference_mode()

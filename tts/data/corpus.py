@@ -52,6 +52,36 @@ def write_manifest(path: Path, entries: list[ManifestEntry]) -> None:
     tmp.replace(path)
 
 
+def speaker_entries(corpus: Path, speaker: str, utterances: int, seed: int) -> list[ManifestEntry]:
+    """`utterances` seeded train-split utterances of one speaker."""
+    entries = [e for e in read_manifest(corpus / "train.jsonl") if e.speaker == speaker]
+    if not entries:
+        raise UserError(f"no {speaker} utterances in {corpus}/train.jsonl")
+    random.Random(seed).shuffle(entries)
+    return entries[:utterances]
+
+
+def compact_corpus(source: Path, out: Path, speaker: str, utterances: int, seed: int = 0) -> dict[str, float]:
+    """The utterances a vocoder trains on (`speaker_entries`) copied with FLAC audio (lossless, about half the WAVs'
+    size) and their train.jsonl: a corpus to carry to a machine that cannot build one (a GPU without the voices)."""
+    import numpy as np
+    import soundfile
+
+    entries = speaker_entries(source, speaker, utterances, seed)
+    (out / "audio").mkdir(parents=True, exist_ok=True)
+    copied = []
+    for i, e in enumerate(entries):
+        path = Path(e.audio_filepath)
+        audio, rate = read_wav(path if path.is_absolute() else source / path)
+        name = f"audio/{i:05d}.flac"
+        soundfile.write(str(out / name), np.clip(audio, -1.0, 1.0), rate, subtype="PCM_16")
+        copied.append(ManifestEntry(name, e.text, e.duration, e.speaker))
+    write_manifest(out / "train.jsonl", copied)
+    megabytes = sum(f.stat().st_size for f in (out / "audio").glob("*.flac")) / 1e6
+    return {"utterances": len(copied), "hours": round(sum(e.duration for e in copied) / 3600, 3),
+            "megabytes": round(megabytes, 1)}
+
+
 # ---- text -------------------------------------------------------------------------------------------------------
 def speakable_sentences(min_words: int = 3, max_words: int = 30, root: Path = FORTUNE_DIR) -> list[str]:
     """Sentences from the local fortune files: plain prose of min..max words, attributions removed, deduplicated,

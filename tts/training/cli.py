@@ -27,6 +27,14 @@ def _data_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_compact(args: argparse.Namespace) -> int:
+    from tts.data.corpus import compact_corpus
+
+    counts = compact_corpus(args.corpus, args.out, args.speaker, args.utterances, args.seed)
+    err.print(f"{args.out}: {counts['utterances']} utterances, {counts['hours']} h, {counts['megabytes']} MB of FLAC")
+    return 0
+
+
 def _data_import(args: argparse.Namespace) -> int:
     from tts.data.corpus import import_corpus
 
@@ -81,9 +89,21 @@ def _codec_train(args: argparse.Namespace) -> int:
 
 
 def _codec_campaign(args: argparse.Namespace) -> int:
-    from tts.training.vocoder_campaign import load_campaign_config, run_campaign
+    from tts.training.vocoder_campaign import judge_snapshots, load_campaign_config, run_campaign, train_unjudged
 
     config = load_campaign_config(args.config)
+    if args.device:
+        config.train.device = args.device
+    log = lambda line: err.print(line, highlight=False)  # noqa: E731
+    if args.judge:
+        judge_snapshots(config, args.judge, args.run or args.config.stem, log=log)
+        err.print(f"judged {len(args.judge)} snapshots into {config.checkpoint_dir}/progress.jsonl")
+        return 0
+    if args.snapshots_to:
+        result = train_unjudged(config, args.minutes, args.snapshots_to, args.snapshots, log=log)
+        err.print(f"{result['steps']} steps in {result['minutes']} minutes; snapshots in {args.snapshots_to} "
+                  f"(judge them with --judge)")
+        return 0
     result = run_campaign(config, args.minutes, log=lambda line: err.print(line, highlight=False))
     err.print(f"campaign at step {result['steps']} ({result['minutes']} minutes this session); curve in "
               f"{config.checkpoint_dir}/progress.jsonl")
@@ -184,6 +204,14 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
     build.add_argument("--voices", default="", help="comma-separated voice names (default: all)")
     build.add_argument("--text", type=Path, default=None, help="speak this file's sentences (one per line) instead of fortunes; added to the same corpus")
     build.set_defaults(func=_data_build)
+    compact = data_kinds.add_parser("compact", help="one speaker's vocoder training utterances with FLAC audio: a "
+                                    "corpus to carry to a machine that cannot build one")
+    compact.add_argument("--corpus", type=Path, default=Path("corpus"))
+    compact.add_argument("--out", type=Path, required=True)
+    compact.add_argument("--speaker", default="piper_joe")
+    compact.add_argument("--utterances", type=int, default=400)
+    compact.add_argument("--seed", type=int, default=0, help="the selection's seed (a vocoder recipe's `seed`)")
+    compact.set_defaults(func=_data_compact)
     imp = data_kinds.add_parser("import", help="LibriTTS- or HiFiTTS-style directory to manifests")
     imp.add_argument("kind", choices=["libritts", "hifitts"])
     imp.add_argument("root", type=Path)
@@ -266,4 +294,34 @@ def register(commands: argparse._SubParsersAction, data_kinds: argparse._SubPars
                                       "file; weights and its curve committed under its checkpoint_dir)")
     campaign.add_argument("--config", type=Path, default=CONFIGS / "vocoder_gan.yaml")
     campaign.add_argument("--minutes", type=float, default=60.0, help="this session's share of the campaign")
+    campaign.add_argument("--device", default=None, help="train on this torch device (cuda); default: the recipe's")
+    campaign.add_argument("--snapshots-to", type=Path, default=None,
+                          help="train without judging (a machine without the judges), writing the generator "
+                               "--snapshots times into this folder's step_<N>/")
+    campaign.add_argument("--snapshots", type=int, default=4)
+    campaign.add_argument("--judge", type=Path, nargs="+", default=None,
+                          help="score step_<N>/ snapshots of a --snapshots-to run into the campaign's curve")
+    campaign.add_argument("--run", default=None, help="the name --judge gives that run in the curve (default: the recipe's)")
     campaign.set_defaults(func=_codec_campaign)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tts.training.cli codec ... | data ...`: the training commands alone, for a machine that has the
+    training's packages (torch, numpy, scipy, soundfile, safetensors, pyyaml, rich) and not the agent's (a rented
+    GPU): `s5` is the same parser with the agent's commands beside these."""
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tts.training.cli")
+    commands = parser.add_subparsers(dest="command", required=True)
+    data_kinds = commands.add_parser("data", help="offline speech data").add_subparsers(dest="kind_", required=True)
+    register(commands, data_kinds)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as error:  # as `s5` does: what the user can fix is one line
+        err.print(f"error: {error}", highlight=False, markup=False)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -67,10 +67,11 @@ class Discriminators(nn.Module):
     """Every judge of one waveform batch: periods 2, 3, 5, 7, 11 and spectrograms at n_fft 512 / 1024 / 2048."""
 
     def __init__(self, periods: tuple[int, ...] = (2, 3, 5, 7, 11),
-                 resolutions: tuple[tuple[int, int], ...] = ((512, 128), (1024, 256), (2048, 512))):
+                 resolutions: tuple[tuple[int, int], ...] = ((512, 128), (1024, 256), (2048, 512)),
+                 period_channels: tuple[int, ...] = (16, 64, 128, 256), spectrogram_channels: int = 16):
         super().__init__()
-        self.judges = nn.ModuleList([PeriodDiscriminator(p) for p in periods]
-                                    + [SpectrogramDiscriminator(n, h) for n, h in resolutions])
+        self.judges = nn.ModuleList([PeriodDiscriminator(p, period_channels) for p in periods]
+                                    + [SpectrogramDiscriminator(n, h, spectrogram_channels) for n, h in resolutions])
 
     def forward(self, audio: torch.Tensor) -> list[Judgement]:
         return [judge(audio) for judge in self.judges]

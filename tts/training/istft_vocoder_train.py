@@ -15,7 +15,7 @@ here for 700-1000 steps (vocoder card, step 5): not adopted.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -28,9 +28,10 @@ from tts.codec import mel
 from tts.codec.istft_vocoder import IstftGenerator, IstftVocoderConfig
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Vocoder, load_vocoder
+from tts.data.corpus import speaker_entries
 from tts.data.features import cache_path, cached_fp16, load_audio
 from tts.training.discriminators import Discriminators, discriminator_loss, feature_matching_loss, generator_loss
-from tts.training.vocoder_train import decoded_mels, stft_loss, train_entries, train_for_minutes
+from tts.training.vocoder_train import decoded_mels, stft_loss, train_for_minutes
 
 
 @dataclass
@@ -52,6 +53,9 @@ class IstftTrainConfig:
     disc_lr: float = 2e-4
     disc_warmup_steps: int = 150  # steps that train only the discriminators, before they push the generator
     disc_batch: int = 8  # windows of each batch the discriminators judge (they cost more than the generator here)
+    disc_channels: list[int] = field(default_factory=lambda: [16, 64, 128, 256])  # the period judges' widths
+    disc_spec_channels: int = 16  # the spectrogram judges' width
+    device: str = "cpu"  # "cuda" where a GPU is: the batches are cut on the CPU and moved
     speaker: str = "piper_joe"
     seed: int = 0
 
@@ -79,7 +83,7 @@ def teacher_audio(corpus: Path, audio_filepath: str, decoded: np.ndarray, teache
 def training_pairs(corpus: Path, codec: MelCodec, config: IstftTrainConfig,
                    progress=None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(decoded log-mel (T, 80), target audio, the recording), audio padded to T * 256 samples, per utterance."""
-    entries = train_entries(corpus, config.speaker, config.utterances, config.seed)
+    entries = speaker_entries(corpus, config.speaker, config.utterances, config.seed)
     mels = decoded_mels(corpus, codec, config, progress, entries)
     task = progress.add_task(f"targets ({config.teacher or 'recordings'})", total=len(entries)) if progress else None
     pairs = []
@@ -116,8 +120,9 @@ def batch(pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], config: IstftT
         a0 = (start + C) * hop - half  # the target from 512 samples before the first scored frame's centre
         wide.append(_window(audio, a0, S * hop + 2 * half - hop))
         real.append(_window(recording, a0 + half, S * hop))
-    wide_t = torch.from_numpy(np.stack(wide))
-    return torch.from_numpy(np.stack(x)), wide_t[:, half : half + S * hop], wide_t, torch.from_numpy(np.stack(real))
+    wide_t = torch.from_numpy(np.stack(wide)).to(config.device)
+    return (torch.from_numpy(np.stack(x)).to(config.device), wide_t[:, half : half + S * hop], wide_t,
+            torch.from_numpy(np.stack(real)).to(config.device))
 
 
 def losses(generator: IstftGenerator, x: torch.Tensor, target: torch.Tensor, wide: torch.Tensor,
@@ -146,7 +151,8 @@ class AdversarialLosses:
 
     def __init__(self, generator: IstftGenerator, pairs, config: IstftTrainConfig, rng: np.random.Generator):
         self.generator, self.pairs, self.config, self.rng = generator, pairs, config, rng
-        self.discriminators = Discriminators()
+        self.discriminators = Discriminators(period_channels=tuple(config.disc_channels),
+                                             spectrogram_channels=config.disc_spec_channels).to(config.device)
         self.optimizer = torch.optim.AdamW(self.discriminators.parameters(), lr=config.disc_lr, betas=(0.8, 0.9))
         self.calls = 0
 
@@ -189,9 +195,12 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
         generator.load_state_dict(start["generator"])
     elif config.init_from and not resumable:  # a resumable run in `out` wins
         source = Vocoder.load(config.init_from).generator  # float32 (load_vocoder would halve the blocks)
+        if isinstance(source, IstftGenerator) and source.config.lookahead < model_config.lookahead:
+            source = source.widened(model_config.lookahead)  # the same function, room to use more context
         if not isinstance(source, IstftGenerator) or source.config != model_config:
             raise UserError(f"{config.init_from} is not an iSTFT vocoder of this shape")
         generator.load_state_dict(source.state_dict())
+    generator.to(config.device)
     optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
     pairs = training_pairs(corpus, codec, config, progress)
     adversarial = None

@@ -14,6 +14,10 @@ its first thousands often sound worse than the regression start. So the run is a
 The snapshots are committed once, when a session's work stops (each is 15-20 MB of fp16: one per session keeps the
 history lean).
 The corpus (recordings, the discriminators' "real") is built with the Piper voice when it is missing.
+
+A machine where the judges cannot run (a rented GPU without Piper, Whisper or the MOS models) trains without them:
+`train_unjudged` writes the generator every so often into a folder, and `judge_snapshots` scores those snapshots
+where the judges are, into the same curve (each line names the run it came from).
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ class CampaignConfig:
     snapshot_minutes: float = 8.0
     threads: int = 1
     train: IstftTrainConfig = field(default_factory=IstftTrainConfig)
+    model: IstftVocoderConfig = field(default_factory=IstftVocoderConfig)  # the generator's shape
 
 
 def load_campaign_config(path: Path) -> CampaignConfig:
@@ -65,15 +70,27 @@ class ValidationSet:
     log_mels: list[np.ndarray]  # the mel codec's decoded log-mel of the Piper voice speaking each text
     original: dict  # the Piper audio's own scores (the ceiling)
 
+    @property
+    def digest(self) -> str:
+        """Names this set in the curve: scores on other speakings of the texts are not comparable."""
+        import hashlib
 
-def validation_set(config: CampaignConfig, codec: MelCodec, run_dir: Path) -> ValidationSet:
-    """Spoken, coded and judged once per machine (cached in run_dir: Piper samples anew each time it speaks)."""
+        h = hashlib.sha1("\n".join(self.texts).encode())
+        for m in self.log_mels:
+            h.update(np.ascontiguousarray(m, dtype=np.float32).tobytes())
+        return h.hexdigest()[:8]
+
+
+def validation_set(config: CampaignConfig, codec: MelCodec, folder: Path) -> ValidationSet:
+    """Spoken, coded and judged once, then kept in `folder` (the committed checkpoint_dir): Piper samples anew each
+    time it speaks, so a set spoken again moves every score (the shipped generator: 3.09 on one speaking, 3.01
+    on the next), and only one fixed set makes a curve over sessions."""
     from tts.cli import read_sentences
     from tts.codec import mel
     from tts.data.voices import SAMPLE_RATE, VOICES
     from tts.eval.metrics import distillmos, dnsmos, error_rates, transcribe
 
-    cache = run_dir / "validation.npz"
+    cache = folder / "validation.npz"
     if cache.exists():
         data = np.load(cache, allow_pickle=False)
         n = int(data["n"])
@@ -85,8 +102,8 @@ def validation_set(config: CampaignConfig, codec: MelCodec, run_dir: Path) -> Va
     original = {"distillmos": round(float(np.mean([distillmos(a, SAMPLE_RATE) for a in audio])), 3),
                 "dnsmos": round(float(np.mean([dnsmos(a, SAMPLE_RATE) for a in audio])), 3),
                 "wer": round(error_rates(texts, [transcribe(a, SAMPLE_RATE) for a in audio])[0], 2)}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    np.savez(cache, n=len(texts), texts=np.array(texts), original=json.dumps(original),
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(cache, n=len(texts), texts=np.array(texts), original=json.dumps(original),
              **{f"mel{i}": m for i, m in enumerate(mels)})
     return ValidationSet(texts, mels, original)
 
@@ -99,7 +116,8 @@ def judge(generator: IstftGenerator, validation: ValidationSet) -> dict:
 
     was_training = generator.training
     generator.eval()
-    audio = [generator(torch.from_numpy(m).float().T[None])[0, 0].numpy() for m in validation.log_mels]
+    device = next(generator.parameters()).device
+    audio = [generator(torch.from_numpy(m).float().T[None].to(device))[0, 0].cpu().numpy() for m in validation.log_mels]
     generator.train(was_training)
     rate = mel.SAMPLE_RATE
     return {"distillmos": round(float(np.mean([distillmos(a, rate) for a in audio])), 3),
@@ -110,7 +128,7 @@ def judge(generator: IstftGenerator, validation: ValidationSet) -> dict:
 def _save_fp16(module: torch.nn.Module, path: Path) -> None:
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().half().contiguous() for k, v in module.state_dict().items()}, path)
+    save_file({k: v.detach().half().cpu().contiguous() for k, v in module.state_dict().items()}, path)
 
 
 def _load_float(path: Path) -> dict[str, torch.Tensor]:
@@ -142,7 +160,8 @@ class Campaign:
         self.config, self.validation, self.log = config, validation, log
         self.checkpoint_dir = repo_path(config.checkpoint_dir)
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self.best = max((p["distillmos"] for p in read_progress(self.checkpoint_dir)), default=float("-inf"))
+        self.best = max((p["distillmos"] for p in read_progress(self.checkpoint_dir)
+                         if p.get("validation") == validation.digest), default=float("-inf"))
         self.last_snapshot = time.monotonic()
         self.started = time.monotonic()
         self.step, self.generator, self.discriminators = 0, None, None  # as of the last step
@@ -163,10 +182,13 @@ class Campaign:
             self.validate(self.step, self.generator)
         self.snapshot()
 
-    def validate(self, step: int, generator: IstftGenerator) -> dict:
+    def validate(self, step: int, generator: IstftGenerator, run: str | None = None) -> dict:
+        """Judge, append to the curve, keep as best/ if it is; `run` names a run trained elsewhere (its steps
+        count from its own start)."""
         scores = {"step": step, **judge(generator, self.validation),
                   "session_minutes": round((time.monotonic() - self.started) / 60, 1),
-                  "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                  "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "validation": self.validation.digest,
+                  **({"run": run} if run else {})}
         with (self.checkpoint_dir / PROGRESS).open("a") as f:
             f.write(json.dumps(scores) + "\n")
         if scores["distillmos"] > self.best:
@@ -175,7 +197,7 @@ class Campaign:
                 Vocoder(generator).save(self.checkpoint_dir / BEST)
                 (self.checkpoint_dir / BEST / "state.json").write_text(json.dumps(scores))
                 generator.train()
-        self.log(f"step {step}: Distill-MOS {scores['distillmos']} DNSMOS {scores['dnsmos']} WER {scores['wer']} "
+        self.log(f"{run + ' ' if run else ''}step {step}: Distill-MOS {scores['distillmos']} DNSMOS {scores['dnsmos']} WER {scores['wer']} "
                  f"(best Distill-MOS {self.best})")
         return scores
 
@@ -192,9 +214,26 @@ class Campaign:
 def run_campaign(config: CampaignConfig, minutes: float, log=print) -> dict:
     """Build what is missing (corpus, validation set), resume (run_dir's train_state.pt, else the committed
     snapshot, else `train.init_from`), train for `minutes`, validate and snapshot at the end."""
+    torch.set_num_threads(config.threads)
+    corpus, codec = _prepare(config, log)
+    run_dir, checkpoint_dir = repo_path(config.run_dir), repo_path(config.checkpoint_dir)
+    validation = validation_set(config, codec, checkpoint_dir)
+    log(f"validation: {len(validation.texts)} sentences, the Piper voice itself {validation.original}")
+    start = None if (run_dir / "train_state.pt").exists() else committed_start(checkpoint_dir)
+    campaign = Campaign(config, validation, log)
+    if start is None and not (run_dir / "train_state.pt").exists() and not read_progress(checkpoint_dir):
+        campaign.validate(0, Vocoder.load(config.train.init_from).generator)  # the curve's first point
+    train_config = IstftTrainConfig(**{**asdict(config.train), "minutes": minutes})
+    result = train_istft_vocoder(corpus, codec, run_dir, config.model, train_config, start=start,
+                                 on_step=campaign, constant_lr=True)
+    campaign.finish()
+    return result
+
+
+def _prepare(config: CampaignConfig, log) -> tuple[Path, MelCodec]:
+    """The corpus (built with the Piper voice when missing) and the mel codec."""
     from tts.codec.load import load_codec
 
-    torch.set_num_threads(config.threads)
     corpus = repo_path(config.corpus)
     if not (corpus / "train.jsonl").exists():
         from tts.data.corpus import CorpusConfig, build_corpus
@@ -204,15 +243,47 @@ def run_campaign(config: CampaignConfig, minutes: float, log=print) -> dict:
     codec = load_codec(config.codec)
     if not isinstance(codec, MelCodec):
         raise UserError(f"{config.codec} is not a mel codec")
-    run_dir, checkpoint_dir = repo_path(config.run_dir), repo_path(config.checkpoint_dir)
-    validation = validation_set(config, codec, run_dir)
-    log(f"validation: {len(validation.texts)} sentences, the Piper voice itself {validation.original}")
-    start = None if (run_dir / "train_state.pt").exists() else committed_start(checkpoint_dir)
-    campaign = Campaign(config, validation, log)
-    if start is None and not (run_dir / "train_state.pt").exists() and not read_progress(checkpoint_dir):
-        campaign.validate(0, Vocoder.load(config.train.init_from).generator)  # the curve's first point
+    return corpus, codec
+
+
+def train_unjudged(config: CampaignConfig, minutes: float, out: Path, snapshots: int, log=print) -> dict:
+    """Train from `train.init_from` for `minutes` on `train.device` with the learning rate on a cosine over the
+    run, writing the generator `snapshots` times, evenly in time, into out/step_<N>/ (the last at the end), for
+    `judge_snapshots`. Nothing is judged or committed here."""
+    torch.set_num_threads(config.threads)
+    corpus, codec = _prepare(config, log)
+    every_s, started, written = minutes * 60 / snapshots, time.monotonic(), [0]
+    last_log = [started]
+
+    def on_step(step: int, generator: IstftGenerator, adversarial: AdversarialLosses | None) -> None:
+        now = time.monotonic()
+        if now - last_log[0] > 30:
+            log(f"step {step} at {(now - started) / 60:.1f} min")
+            last_log[0] = now
+        if written[0] < snapshots - 1 and now - started >= every_s * (written[0] + 1):
+            Vocoder(generator).save(out / f"step_{step}")
+            generator.train()
+            written[0] += 1
+
     train_config = IstftTrainConfig(**{**asdict(config.train), "minutes": minutes})
-    result = train_istft_vocoder(corpus, codec, run_dir, IstftVocoderConfig(), train_config, start=start,
-                                 on_step=campaign, constant_lr=True)
-    campaign.finish()
+    result = train_istft_vocoder(corpus, codec, repo_path(config.run_dir), config.model, train_config,
+                                 on_step=on_step)
+    final = Vocoder.load(repo_path(config.run_dir))  # train_for_minutes saved its last weights there
+    final.save(out / f"step_{result['steps']}")
     return result
+
+
+def judge_snapshots(config: CampaignConfig, folders: list[Path], run: str, log=print) -> list[dict]:
+    """Score each out/step_<N>/ of `train_unjudged` with the campaign's judges into its curve (best/ kept)."""
+    torch.set_num_threads(config.threads)
+    _, codec = _prepare(config, log)
+    campaign = Campaign(config, validation_set(config, codec, repo_path(config.checkpoint_dir)), log)
+    scores = []
+    for folder in folders:
+        if not (folder / "vocoder.safetensors").exists() or not folder.name.startswith("step_"):
+            raise UserError(f"{folder} is not a step_<N> vocoder snapshot")
+        generator = Vocoder.load(folder).generator
+        if not isinstance(generator, IstftGenerator):
+            raise UserError(f"{folder} is not an iSTFT vocoder")
+        scores.append(campaign.validate(int(folder.name.removeprefix("step_")), generator, run))
+    return scores

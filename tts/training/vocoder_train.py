@@ -9,7 +9,6 @@ L1. No discriminator: the teacher's waveform is the target, so phase has somethi
 from __future__ import annotations
 
 import json
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from audio_io.errors import UserError
 from tts.codec import mel
 from tts.codec.mel_codec import MelCodec
 from tts.codec.vocoder import Generator, Vocoder, VocoderConfig, load_vocoder
-from tts.data.corpus import read_manifest
+from tts.data.corpus import speaker_entries
 from tts.data.features import cached_log_mel
 
 STFT_RESOLUTIONS = [(512, 128), (1024, 256), (2048, 512)]  # (n_fft, hop)
@@ -85,18 +84,9 @@ def distill_losses(y: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Ten
     return losses
 
 
-def train_entries(corpus: Path, speaker: str, utterances: int, seed: int) -> list:
-    """`utterances` seeded train-split utterances of one speaker."""
-    entries = [e for e in read_manifest(corpus / "train.jsonl") if e.speaker == speaker]
-    if not entries:
-        raise UserError(f"no {speaker} utterances in {corpus}/train.jsonl")
-    random.Random(seed).shuffle(entries)
-    return entries[:utterances]
-
-
 def decoded_mels(corpus: Path, codec: MelCodec, config, progress=None, entries: list | None = None) -> list[np.ndarray]:
     """The codec round trip of `utterances` seeded train-split utterances: the log-mel the vocoder meets in use."""
-    entries = entries or train_entries(corpus, config.speaker, config.utterances, config.seed)
+    entries = entries or speaker_entries(corpus, config.speaker, config.utterances, config.seed)
     task = progress.add_task("codec round trips", total=len(entries)) if progress else None
     out = []
     for e in entries:

@@ -202,6 +202,24 @@ def test_istft_vocoder_streams_the_offline_audio(chunk):
     assert Vocoder(generator).lookahead_frames <= 4  # two frames in the convolutions, two in the overlap-add
 
 
+@pytest.mark.parametrize("chunk", [1, 5])
+def test_a_widened_istft_vocoder_starts_as_the_same_function_and_still_streams(chunk):
+    """More right context for a campaign to learn from: the widened generator's audio is the narrower one's, its
+    future taps can learn (they get a gradient), it streams exactly, and it waits 4 frames longer."""
+    narrow = _istft_generator()
+    wide = narrow.widened(6).eval()
+    assert wide.blocks[0].dwconv.right == 5 and wide.blocks[0].dwconv.left == narrow.blocks[0].dwconv.left
+    x = torch.randn(1, 80, 37) - 4
+    with torch.no_grad():
+        offline = wide(x)
+        assert torch.allclose(offline, narrow(x), atol=1e-5)
+        torch.nn.init.normal_(wide.blocks[0].dwconv.weight)  # once trained, the future taps matter ...
+        changed = wide(x)
+        assert not torch.allclose(changed, offline, atol=1e-3)
+        assert torch.allclose(_stream(wide, x, chunk), changed, atol=1e-4)  # ... and streaming stays exact
+    assert Vocoder(wide).lookahead_frames == Vocoder(narrow).lookahead_frames + 4
+
+
 def test_istft_overlap_add_inverts_the_analysis_frames():
     """The recording's own STFT frames (centred on t * 256, as the log-mel's and the training targets') come back as
     the recording: frame placement, window and gain agree."""

@@ -148,7 +148,10 @@ def test_a_campaign_resumes_from_its_committed_snapshot_on_a_fresh_machine(corpu
     shutil.rmtree(tmp_path / "run")  # a fresh clone has only what was committed
     second = run_campaign(config, minutes=0.05, log=lambda line: None)
     assert second["steps"] > first["steps"]  # the count carries on from the snapshot
-    assert [p["step"] for p in read_progress(tmp_path / "ckpt")] == [0, first["steps"], second["steps"]]
+    curve = read_progress(tmp_path / "ckpt")
+    assert [p["step"] for p in curve] == [0, first["steps"], second["steps"]]
+    # the validation set was kept with the snapshot, so session 2 judged the same audio (Piper speaks anew each time)
+    assert (tmp_path / "ckpt" / "validation.npz").exists() and len({p["validation"] for p in curve}) == 1
 
 
 def test_a_campaign_recipe_is_typed_and_unknown_keys_are_refused(tmp_path):
@@ -166,3 +169,39 @@ def test_a_campaign_recipe_is_typed_and_unknown_keys_are_refused(tmp_path):
     bad.write_text("train: [unclosed\n")
     with pytest.raises(UserError, match="not valid YAML"):
         load_campaign_config(bad)
+
+
+@pytest.mark.slow
+def test_an_unjudged_run_on_a_compact_corpus_writes_snapshots_that_are_judged_into_the_curve(corpus, codec, tmp_path):
+    """A machine without the judges (a GPU): the corpus carried as FLAC (the same samples), training from init_from
+    with discriminators of other widths, the generator written `snapshots` times (the last at the end); judged
+    later into the campaign's curve under the run's name."""
+    from tts.data.corpus import compact_corpus, read_manifest
+    from tts.data.features import load_audio
+    from tts.training.istft_vocoder_train import IstftTrainConfig
+    from tts.training.vocoder_campaign import CampaignConfig, judge_snapshots, read_progress, train_unjudged
+
+    counts = compact_corpus(corpus, tmp_path / "compact", "piper_joe", utterances=2)
+    assert counts["utterances"] == 2
+    for entry in read_manifest(tmp_path / "compact" / "train.jsonl"):
+        assert entry.audio_filepath.endswith(".flac")
+        original = [e for e in read_manifest(corpus / "train.jsonl") if e.text == entry.text]
+        flac = load_audio(tmp_path / "compact", entry.audio_filepath)
+        assert any(np.abs(flac - load_audio(corpus, e.audio_filepath)).max() < 1e-4 for e in original)  # lossless
+    codec.save(tmp_path / "codec")
+    (tmp_path / "sentences.txt").write_text("The quick brown fox jumps over the lazy dog.\n")
+    config = CampaignConfig(corpus=str(tmp_path / "compact"), run_dir=str(tmp_path / "run"),
+                            checkpoint_dir=str(tmp_path / "ckpt"), codec=str(tmp_path / "codec"),
+                            validation_file=str(tmp_path / "sentences.txt"), validation_sentences=1,
+                            train=IstftTrainConfig(batch=2, segment_frames=16, context_frames=4, utterances=2, teacher="",
+                                                   adversarial=True, disc_real="recordings", disc_batch=2,
+                                                   disc_channels=[8, 16, 16, 32], disc_spec_channels=8,
+                                                   phase_weight=0.0, amp_weight=0.0, init_from="tts/assets/vocoder"))
+    result = train_unjudged(config, minutes=0.1, out=tmp_path / "snapshots", snapshots=2, log=lambda line: None)
+    folders = sorted((tmp_path / "snapshots").iterdir(), key=lambda f: int(f.name.removeprefix("step_")))
+    assert len(folders) == 2 and folders[-1].name == f"step_{result['steps']}"
+    assert not read_progress(tmp_path / "ckpt")  # nothing judged where the run trained
+    judge_snapshots(config, folders, "gpu", log=lambda line: None)
+    curve = read_progress(tmp_path / "ckpt")
+    assert [(p["step"], p["run"]) for p in curve] == [(int(f.name.removeprefix("step_")), "gpu") for f in folders]
+    assert all(1.0 <= p["distillmos"] <= 5.0 for p in curve)
