@@ -309,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m tts.training.cli codec ... | data ...`: the training commands alone, for a machine that has the
     training's packages (torch, numpy, scipy, soundfile, safetensors, pyyaml, rich) and not the agent's (a rented
     GPU): `s5` is the same parser with the agent's commands beside these."""
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m tts.training.cli")
     commands = parser.add_subparsers(dest="command", required=True)
     data_kinds = commands.add_parser("data", help="offline speech data").add_subparsers(dest="kind_", required=True)
