@@ -83,6 +83,15 @@ def test_bench_codec_runs_without_a_corpus(tmp_path):
     assert json.loads(result.stdout)["n"] == 2 and "no corpus here" in result.stderr
 
 
+def test_bench_codec_compares_vocoders_on_one_speaking(tmp_path):
+    """Several --vocoder: the clips are spoken once and voiced through each, one result line per vocoder."""
+    result = s5("bench", "codec", "--no-quality", "--limit", "1", "--json", "--vocoder", "fast", "universal", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-500:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert [line["vocoder"] for line in lines] == ["fast", "universal"] and all(line["n"] == 1 for line in lines)
+    assert result.stderr.count("no corpus here") == 1  # spoken once
+
+
 def test_numbers_in_configs_are_numbers(tmp_path):
     """YAML reads `1e-3` as a string; every config loader reads it as the number it is."""
     from tts.training.trainer import load_train_config

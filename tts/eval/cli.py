@@ -65,10 +65,8 @@ def _bench_codec(args: argparse.Namespace) -> int:
     )
 
     codec = load_codec(args.codec)
-    if args.vocoder:
-        if not hasattr(codec, "use_vocoder"):
-            raise UserError(f"--vocoder goes with a mel codec ({args.codec} is not one)")
-        codec.use_vocoder(args.vocoder)
+    if args.vocoder and not hasattr(codec, "use_vocoder"):
+        raise UserError(f"--vocoder goes with a mel codec ({args.codec} is not one)")
     speaker = None if args.speaker == "all" else args.speaker
     if not args.sentences and args.manifest == DEFAULT_CODEC_MANIFEST and not args.manifest.exists():
         args.sentences = CONFIGS / "eval_replies.txt"  # a fresh clone has no corpus: unseen replies, spoken now
@@ -82,10 +80,13 @@ def _bench_codec(args: argparse.Namespace) -> int:
         clips = manifest_clips(args.manifest, args.limit, speaker)
         voices, hours = corpus_summary(args.manifest.parent)
         source = {"manifest": str(args.manifest), "voices": voices, "hours": round(hours, 2)}
-    with progress_bar() as progress:
-        result = run_codec_bench(codec, clips, progress, quality=not args.no_quality)
-    vocoder = {"vocoder": codec.config.vocoder} if hasattr(codec, "use_vocoder") else {}
-    print_result({**result, **source, **vocoder, "speaker": speaker or "all"}, args.json, "codec round trip")
+    for name in args.vocoder or [None]:  # several: the same clips (one speaking) through each, one result each
+        if name:
+            codec.use_vocoder(name)
+        with progress_bar() as progress:
+            result = run_codec_bench(codec, clips, progress, quality=not args.no_quality)
+        vocoder = {"vocoder": codec.config.vocoder} if hasattr(codec, "use_vocoder") else {}
+        print_result({**result, **source, **vocoder, "speaker": speaker or "all"}, args.json, "codec round trip")
     return 0
 
 
@@ -142,7 +143,9 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     codec_bench.add_argument("--sentences", type=Path, default=None, help="speak these (one per line) with --speaker instead of reading a manifest")
     codec_bench.add_argument("--no-quality", action="store_true", help="decoding speed only (no ASR, similarity, DNSMOS)")
     codec_bench.add_argument("--codec", type=Path, default=None)
-    codec_bench.add_argument("--vocoder", default=None, help="voice the mel codec with this vocoder: 'universal' or a folder")
+    codec_bench.add_argument("--vocoder", nargs="+", default=None,
+                             help="voice the mel codec with this vocoder: 'universal', 'fast' or a folder; several "
+                                  "compare them on the same clips (the Piper voice speaks anew each run), one result each")
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)
     tts_bench = bench_kinds.add_parser("tts", help="s5, t5 and sentence mode side by side: latency, rtf, underruns")

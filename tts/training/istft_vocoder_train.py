@@ -201,6 +201,8 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
             raise UserError(f"{config.init_from} is not an iSTFT vocoder of this shape")
         generator.load_state_dict(source.state_dict())
     generator.to(config.device)
+    if config.device.startswith("cuda"):  # fixed shapes every step: let cuDNN pick its fastest convolutions once
+        torch.backends.cudnn.benchmark = True
     optimizer = torch.optim.AdamW(generator.parameters(), lr=config.lr, betas=(0.8, 0.9), weight_decay=0.01)
     pairs = training_pairs(corpus, codec, config, progress)
     adversarial = None
