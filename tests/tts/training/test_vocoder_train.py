@@ -205,3 +205,15 @@ def test_an_unjudged_run_on_a_compact_corpus_writes_snapshots_that_are_judged_in
     curve = read_progress(tmp_path / "ckpt")
     assert [(p["step"], p["run"]) for p in curve] == [(int(f.name.removeprefix("step_")), "gpu") for f in folders]
     assert all(1.0 <= p["distillmos"] <= 5.0 for p in curve)
+
+
+def test_every_shipped_campaign_recipe_loads():
+    """configs/vocoder_gan*.yaml are read by the typed loader (a misspelt key would be refused when a run starts,
+    possibly on a rented GPU); the lookahead recipe's generator widens the chat's vocoder."""
+    from tts.paths import CONFIGS
+    from tts.training.vocoder_campaign import load_campaign_config
+
+    recipes = {path.stem: load_campaign_config(path) for path in sorted(CONFIGS.glob("vocoder_gan*.yaml"))}
+    assert {"vocoder_gan", "vocoder_gan_gpu", "vocoder_gan_lookahead"} <= set(recipes)
+    assert recipes["vocoder_gan_gpu"].train.device == "cuda" and recipes["vocoder_gan_gpu"].train.disc_channels[-1] == 1024
+    assert recipes["vocoder_gan_lookahead"].model.lookahead == 6 and recipes["vocoder_gan"].model.lookahead == 2
