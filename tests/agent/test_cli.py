@@ -70,6 +70,7 @@ def test_more_bad_input_gives_one_clear_line(tmp_path):
          "not a 16-bit WAV file"),
         (("train", "--config", str(tmp_path / "broken.yaml")), "not valid YAML"),
         (("train", "--config", str(tmp_path / "words.yaml")), "train: lr = 'fast'"),
+        (("codec", "campaign", "--judge", str(tmp_path / "step_x")), "not a step_<N> vocoder snapshot"),
     ]:
         result = s5(*args)
         assert result.returncode == 2 and "Traceback" not in result.stderr and message in result.stderr, result.stderr[-400:]

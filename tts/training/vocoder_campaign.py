@@ -83,8 +83,8 @@ class ValidationSet:
 
 def validation_set(config: CampaignConfig, codec: MelCodec, folder: Path) -> ValidationSet:
     """Spoken, coded and judged once, then kept in `folder` (the committed checkpoint_dir): Piper samples anew each
-    time it speaks, so a set spoken again moves every score (the shipped generator: 3.09 on one speaking, 3.01
-    on the next), and only one fixed set makes a curve over sessions."""
+    time it speaks, so a set spoken again moves every score (one generator: 3.09 on one speaking, 3.01 on the
+    next), and only one fixed set makes a curve over sessions."""
     from tts.cli import read_sentences
     from tts.codec import mel
     from tts.data.voices import SAMPLE_RATE, VOICES
@@ -230,20 +230,24 @@ def run_campaign(config: CampaignConfig, minutes: float, log=print) -> dict:
     return result
 
 
-def _prepare(config: CampaignConfig, log) -> tuple[Path, MelCodec]:
-    """The corpus (built with the Piper voice when missing) and the mel codec."""
+def _mel_codec(config: CampaignConfig) -> MelCodec:
     from tts.codec.load import load_codec
 
+    codec = load_codec(config.codec)
+    if not isinstance(codec, MelCodec):
+        raise UserError(f"{config.codec} is not a mel codec")
+    return codec
+
+
+def _prepare(config: CampaignConfig, log) -> tuple[Path, MelCodec]:
+    """The corpus (built with the Piper voice when missing) and the mel codec."""
     corpus = repo_path(config.corpus)
     if not (corpus / "train.jsonl").exists():
         from tts.data.corpus import CorpusConfig, build_corpus
 
         log(f"building a {config.corpus_hours} h Piper corpus in {corpus}")
         build_corpus(CorpusConfig(hours=config.corpus_hours, voices=["piper_joe"], held_out=[]), corpus)
-    codec = load_codec(config.codec)
-    if not isinstance(codec, MelCodec):
-        raise UserError(f"{config.codec} is not a mel codec")
-    return corpus, codec
+    return corpus, _mel_codec(config)
 
 
 def train_unjudged(config: CampaignConfig, minutes: float, out: Path, snapshots: int, log=print) -> dict:
@@ -275,15 +279,18 @@ def train_unjudged(config: CampaignConfig, minutes: float, out: Path, snapshots:
 
 def judge_snapshots(config: CampaignConfig, folders: list[Path], run: str, log=print) -> list[dict]:
     """Score each out/step_<N>/ of `train_unjudged` with the campaign's judges into its curve (best/ kept)."""
+    import re
+
     torch.set_num_threads(config.threads)
-    _, codec = _prepare(config, log)
-    campaign = Campaign(config, validation_set(config, codec, repo_path(config.checkpoint_dir)), log)
-    scores = []
-    for folder in folders:
-        if not (folder / "vocoder.safetensors").exists() or not folder.name.startswith("step_"):
+    steps = [re.fullmatch(r"step_(\d+)", folder.name) for folder in folders]
+    for folder, step in zip(folders, steps):  # all checked before the judges load
+        if step is None or not (folder / "vocoder.safetensors").exists():
             raise UserError(f"{folder} is not a step_<N> vocoder snapshot")
+    campaign = Campaign(config, validation_set(config, _mel_codec(config), repo_path(config.checkpoint_dir)), log)
+    scores = []
+    for folder, step in zip(folders, steps):
         generator = Vocoder.load(folder).generator
         if not isinstance(generator, IstftGenerator):
             raise UserError(f"{folder} is not an iSTFT vocoder")
-        scores.append(campaign.validate(int(folder.name.removeprefix("step_")), generator, run))
+        scores.append(campaign.validate(int(step.group(1)), generator, run))
     return scores
