@@ -71,10 +71,23 @@ def test_more_bad_input_gives_one_clear_line(tmp_path):
         (("train", "--config", str(tmp_path / "broken.yaml")), "not valid YAML"),
         (("train", "--config", str(tmp_path / "words.yaml")), "train: lr = 'fast'"),
         (("codec", "campaign", "--judge", str(tmp_path / "step_x")), "not a step_<N> vocoder snapshot"),
+        (("codec", "campaign", "--snapshots-to", str(tmp_path / "out"), "--snapshots", "0"), "--snapshots must be 1"),
+        (("codec", "campaign", "--device", "gpu"), "unknown torch device 'gpu'"),
     ]:
         result = s5(*args)
         assert result.returncode == 2 and "Traceback" not in result.stderr and message in result.stderr, result.stderr[-400:]
         assert len([l for l in result.stderr.splitlines() if l.strip()]) <= 2
+
+
+def test_a_gpu_recipe_on_a_machine_without_one_is_one_line(tmp_path):
+    """The GPU recipe names cuda: where there is none it is refused before a corpus is built or weights load."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    result = s5("codec", "campaign", "--config", "configs/vocoder_gan_gpu.yaml", "--snapshots-to", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "no CUDA GPU" in result.stderr, result.stderr[-400:]
+    assert not (tmp_path / "out").exists()
 
 
 def test_bench_codec_runs_without_a_corpus(tmp_path):

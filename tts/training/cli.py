@@ -88,6 +88,17 @@ def _codec_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_device(name: str) -> None:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown torch device {name!r} (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r}: this machine has no CUDA GPU (--device cpu, or the recipe's train.device)")
+
+
 def _codec_campaign(args: argparse.Namespace) -> int:
     from tts.training.vocoder_campaign import judge_snapshots, load_campaign_config, run_campaign, train_unjudged
 
@@ -99,12 +110,15 @@ def _codec_campaign(args: argparse.Namespace) -> int:
         judge_snapshots(config, args.judge, args.run or args.config.stem, log=log)
         err.print(f"judged {len(args.judge)} snapshots into {config.checkpoint_dir}/progress.jsonl")
         return 0
+    _check_device(config.train.device)  # before a corpus is built or weights are loaded
     if args.snapshots_to:
+        if args.snapshots < 1:
+            raise UserError(f"--snapshots must be 1 or more (got {args.snapshots})")
         result = train_unjudged(config, args.minutes, args.snapshots_to, args.snapshots, log=log)
         err.print(f"{result['steps']} steps in {result['minutes']} minutes; snapshots in {args.snapshots_to} "
                   f"(judge them with --judge)")
         return 0
-    result = run_campaign(config, args.minutes, log=lambda line: err.print(line, highlight=False))
+    result = run_campaign(config, args.minutes, log=log)
     err.print(f"campaign at step {result['steps']} ({result['minutes']} minutes this session); curve in "
               f"{config.checkpoint_dir}/progress.jsonl")
     return 0

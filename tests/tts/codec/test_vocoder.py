@@ -204,8 +204,8 @@ def test_istft_vocoder_streams_the_offline_audio(chunk):
 
 @pytest.mark.parametrize("chunk", [1, 5])
 def test_a_widened_istft_vocoder_starts_as_the_same_function_and_still_streams(chunk):
-    """More right context for a campaign to learn from: the widened generator's audio is the narrower one's, its
-    future taps can learn (they get a gradient), it streams exactly, and it waits 4 frames longer."""
+    """More right context for a campaign to learn from: the widened generator's audio is the narrower one's; once
+    its future taps are no longer zero they change the audio and it still streams exactly; it waits 4 frames longer."""
     narrow = _istft_generator()
     wide = narrow.widened(6).eval()
     assert wide.blocks[0].dwconv.right == 5 and wide.blocks[0].dwconv.left == narrow.blocks[0].dwconv.left
