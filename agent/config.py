@@ -54,7 +54,7 @@ class TTSSettings:
     temperature: float = SynthesisConfig.temperature
     max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing: speak up to this much slower while the LLM lags; 1 = off
     cfg_scale: float = SynthesisConfig.cfg_scale  # classifier-free guidance (models trained with cfg_dropout); 1 = off
-    vocoder: str | None = None  # None: the codec's ("fast"); "universal" (natural, slower) or a folder (`tts/codec/vocoder.py`)
+    vocoder: str | None = None  # None: the codec's ("auto": `tts/codec/vocoder.py` choose_vocoder); "universal", "fast" or a folder
 
     def synthesis(self) -> SynthesisConfig:
         return SynthesisConfig(top_k=self.top_k, temperature=self.temperature, cfg_scale=self.cfg_scale)

@@ -163,7 +163,7 @@ def register(bench_kinds) -> None:
     e2e.set_defaults(func=_bench_e2e)
     serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
     serve_bench.add_argument("--sessions", default="1,2,4,8,16")
-    serve_bench.add_argument("--vocoder", default=None, help=VOCODER_HELP)
+    serve_bench.add_argument("--vocoder", default="fast", help=VOCODER_HELP + " (default fast, as s5 serve)")
     serve_bench.add_argument("--no-batch", action="store_true", help="each session on a thread of its own (the comparison)")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")

@@ -41,7 +41,8 @@ def register(commands) -> None:
     serve.add_argument("--token", default=None, help="require 'Authorization: Bearer TOKEN' (use it off localhost)")
     serve.add_argument("--max-sessions", type=int, default=8, help="requests and conversations at once; more get a 503")
     serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds a silent conversation stays open")
-    serve.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (a request may ask for another)")
+    serve.add_argument("--vocoder", default="fast", help=VOCODER_HELP + " (default here fast: many streams share the "
+                       "cores; a request may ask for another)")
     serve.add_argument("--no-batch", action="store_true",
                        help="each session runs on a thread of its own (default: one worker runs every session, their "
                        "decoder steps in one batched pass)")

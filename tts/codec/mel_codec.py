@@ -29,7 +29,7 @@ from tts.codec.streaming_conv import (
     aligned_sum,
 )
 from audio_io.errors import UserError
-from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
+from tts.codec.vocoder import UNIVERSAL, Vocoder, choose_vocoder, load_vocoder
 
 
 @dataclass
@@ -40,7 +40,7 @@ class MelCodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead (0: causal, 46 ms less held back)
-    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1), "fast" (iSTFT) or a vocoder's folder (`vocoder.py`)
+    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1), "fast" (iSTFT), "auto" (`choose_vocoder`) or a folder
 
     @property
     def codebook_size(self) -> int:
@@ -164,7 +164,7 @@ class MelCodec:
 
     def use_vocoder(self, name: str) -> None:
         """Voice this codec with another vocoder ("universal" or a folder), e.g. to compare two side by side."""
-        self.config = replace(self.config, vocoder=str(name))
+        self.config = replace(self.config, vocoder=choose_vocoder(name))
         self._vocoder = load_vocoder(self.config.vocoder)
 
     @classmethod
@@ -175,6 +175,7 @@ class MelCodec:
         if not (directory / "codec.safetensors").exists():
             raise UserError(f"no codec weights in {directory} (train them with `s5 codec train`)")
         config = MelCodecConfig(**json.loads((directory / "codec.json").read_text()))
+        config = replace(config, vocoder=choose_vocoder(config.vocoder))  # named as chosen, for every report
         model = MelCodecModel(config)
         model.load_state_dict({k: v.float() for k, v in load_file(directory / "codec.safetensors").items()})
         return cls(model)

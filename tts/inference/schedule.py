@@ -103,12 +103,12 @@ class StreamSchedule:
         self.opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
         # the opening's frame-by-frame renders and the small chunks after it buy the first sound ~20-40 ms at about
         # 20 % more CPU a stream (a render costs ~5 ms whatever its length): worth it alone, not when other
-        # streams share the cores (8 streams, batched: 0.161 -> 0.128 CPU-s per audio second)
-        # and for a vocoder whose renders cost several times more (HiFi-GAN V1: with it, 8 replayed turns ran dry
-        # 8 times with the eager opening, first sound 229 ms; 0 times without, 422 ms)
+        # streams share the cores (8 streams, batched: 0.161 -> 0.128 CPU-s per audio second). Alone it pays with
+        # HiFi-GAN V1 too, whose renders cost several times more: `OPENING_MARGIN` sizes the first chunk by what the
+        # next one costs to make (8 replayed turns, AMD EPYC: first sound 103-107 ms after word 3 p50, 0 underruns;
+        # without the eager opening 230 ms)
         worker = bundle.stream_worker
-        cheap_renders = getattr(getattr(bundle.codec, "vocoder", None), "cheap_renders", True)
-        self.eager_opening = (worker is None or worker.live_streams <= 1) and cheap_renders
+        self.eager_opening = worker is None or worker.live_streams <= 1
         self._emitted_s = 0.0  # audio sent so far
         self._first_sent_ns: int | None = None  # when the first sound was sent
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)

@@ -41,7 +41,8 @@ from tts.paths import ASSETS
 
 MODELS_DIR = ASSETS / "models"
 WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
-# worker thread; two intra-op threads only pay on the main thread, which must stay free for the event loop
+# worker thread; two intra-op threads beside the main thread's (loading the voice ran with two) run slower than one
+# (libgomp stops spin-waiting: docs/streaming_engine.md), and one leaves a core to an LLM on the same machine
 
 
 def check_max_stretch(value: float | None, name: str = "--max-stretch") -> float:

@@ -281,3 +281,20 @@ def test_istft_training_batches_align_audio_with_frames():
     phase = torch.rand(2, 5, 513) * 6
     assert all(float(v) < 1e-5 for v in phase_losses(phase + 2 * np.pi, phase).values())
     assert float(anti_wrap(torch.tensor(np.pi - 0.1))) == pytest.approx(np.pi - 0.1)
+
+
+def test_auto_chooses_v1_only_where_the_cpu_computes_bfloat16(monkeypatch):
+    """The shipped codec names "auto": HiFi-GAN V1 where bfloat16 is native (live there), else the iSTFT vocoder; a
+    loaded codec reports the vocoder it chose, and a named one is kept as named."""
+    import tts.codec.vocoder as vocoders
+    from tts.codec.load import load_codec
+
+    monkeypatch.setattr(vocoders, "native_bf16", lambda: True)
+    assert vocoders.choose_vocoder("auto") == "universal" and vocoders.resolve_vocoder("auto") == "universal"
+    monkeypatch.setattr(vocoders, "native_bf16", lambda: False)
+    assert vocoders.choose_vocoder("auto") == "fast" and vocoders.resolve_vocoder("auto") == vocoders.FAST_DIR
+    assert vocoders.choose_vocoder("universal") == "universal" and vocoders.choose_vocoder("runs/v") == "runs/v"
+    codec = load_codec()
+    assert codec.config.vocoder == "fast"
+    codec.use_vocoder("universal")
+    assert codec.config.vocoder == "universal"

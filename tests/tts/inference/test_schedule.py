@@ -2,7 +2,7 @@
 Synthesis units: where a reply is cut, and that each unit runs with fresh state."""
 import torch
 
-from tts.inference.schedule import StreamSchedule
+from tts.inference.schedule import SHARED_FIRST_CHUNK_S, StreamSchedule
 from tts.inference.stream_parts import (
     CLAUSE_UNIT_WORDS,
     MAX_UNIT_WORDS,
@@ -134,18 +134,40 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     assert torch.equal(*codes)
 
 
-def test_a_vocoder_with_costly_renders_gets_the_shared_opening(tiny_bundle):
-    """HiFi-GAN's renders cost several times the iSTFT vocoder's: even alone, the stream renders in fewer, longer
-    pushes (no frame-by-frame opening), as among other streams; the iSTFT vocoder keeps the eager opening."""
+def test_alone_a_vocoder_with_costly_renders_opens_eagerly_and_never_leaves_the_player_dry(tiny_bundle):
+    """HiFi-GAN's renders cost several times the iSTFT vocoder's (here 15 ms + 10 ms a codec frame, as V1 streamed on
+    one thread): alone, the stream still opens frame by frame, sends its first sound before the 0.3 s that streams
+    among others hold, and each chunk leaves before the player has played everything sent before it."""
     from tts.codec.mel_codec import MelCodec
     from tts.codec.vocoder import Generator, Vocoder, VocoderConfig
     from tts.inference.synthesis import TTSBundle
 
-    cheap = tiny_bundle(2)
-    assert schedule_for(cheap, "s5", ["Hi", "there", "friend."]).eager_opening
+    tiny = tiny_bundle(2)
     hifigan = Vocoder(Generator(VocoderConfig(upsample_initial_channel=16)))
-    costly = TTSBundle(cheap.model, cheap.symbols, MelCodec(cheap.codec.model, hifigan), cheap.g2p)
-    schedule = schedule_for(costly, "s5", "Good morning, my friend, how are you?".split())
-    assert not schedule.eager_opening
-    chunks = drive(schedule)
-    assert sum(len(c.samples) for c in chunks) > 0
+    costly = TTSBundle(tiny.model, tiny.symbols, MelCodec(tiny.codec.model, hifigan), tiny.g2p)
+    clock = TickClock()
+    inbox = Inbox(UtteranceTimes(), clock=clock)
+    schedule = StreamSchedule(costly, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
+    assert schedule.eager_opening
+    push = schedule._codec_stream.push
+
+    def costly_push(codes, stretch=1.0):
+        clock.now += 15_000_000 + 10_000_000 * codes.shape[1]
+        return push(codes, stretch)
+
+    schedule._codec_stream.push = costly_push
+    for word in "Good morning, my friend, how are you today?".split():
+        inbox.put_word(word)
+    inbox.end()
+    sent = []  # (when, seconds of sound)
+    while True:
+        chunk, state = schedule.work()
+        if chunk is not None and len(chunk.samples):
+            sent.append((clock.now, len(chunk.samples) / costly.codec.sample_rate))
+        if state == "done":
+            break
+    assert len(sent) > 3 and sent[0][1] < SHARED_FIRST_CHUNK_S
+    first_ns, played_s = sent[0][0], 0.0
+    for when_ns, seconds in sent:
+        assert when_ns <= first_ns + played_s * 1e9  # the player still had sound when this chunk came
+        played_s += seconds
