@@ -42,7 +42,8 @@ from agent.orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
 VOCODERS = ("default", "universal", "fast")  # POST /v1/audio/speech "vocoder": the server's (`s5 serve --vocoder`,
-# fast unless told), HiFi-GAN V1 (natural; ~0.25-0.3 of a core per stream where the CPU has bfloat16), or iSTFT
+# fast unless told), HiFi-GAN V1 (natural; 0.4-0.5 CPU-s a second of audio where the CPU has bfloat16: two streams
+# on two cores, against eight with iSTFT), or iSTFT
 FORMATS = ("wav", "pcm")
 STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 SESSIONS = web.AppKey("sessions", asyncio.Semaphore)  # the free synthesis slots
