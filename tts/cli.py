@@ -54,5 +54,5 @@ def print_result(result: dict, as_json: bool, title: str) -> None:
 
 VOCODER_HELP = ("the vocoder: universal (HiFi-GAN V1: natural; live, first sound ~0.1 s after the third word on two "
                 "cores with bfloat16), fast (iSTFT: ~1/5 of V1's work streamed, less natural), auto (the default: "
-                "universal where the CPU computes bfloat16 natively, else fast) or a vocoder folder")
+                "universal where the CPU has AVX-512, else fast) or a vocoder folder")
 STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for slower text (default 1.3; 1: off)"

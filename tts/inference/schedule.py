@@ -48,10 +48,6 @@ PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder st
 S5_STEPS_PER_WORK = 8  # s5: decoder steps per `work()` call (a new word or a cancel waits at most one call)
 SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
 MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
-SMALL_CHUNKS_UNTIL_S = 0.4  # s5: after the opening word and until this much audio has left, frames leave mid-word...
-SMALL_CHUNK_STEPS = 3  # ...every this many decoder steps
-SINGLE_STEPS_UNTIL_S = 0.15  # s5: right after the first sound, frames leave after every step: the first chunk
-# (50-70 ms) must last until the next one is rendered (a step and a render: ~25 ms; three steps: ~40)
 OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
 # codec holds back (the first frame is mostly the voice's leading silence), then after every step
 SHARED_FIRST_CHUNK_S = 0.3  # s5 among other streams (no eager opening): the first sound waits until this much is
@@ -60,7 +56,8 @@ SHARED_AHEAD_S = 1.0  # s5 among other streams: while this much sound is ahead o
 SHARED_RENDER_S = 1.0  # to be rendered together, up to this much a render (a render costs ~5 ms + ~0.4 ms a frame)
 SHARED_LEAD_S = 2.0  # among other streams: a stream this far ahead of its player waits ("wait") until it is not,
 # so that the cores go to the streams nearer to running dry (a new request's opening first) instead of racing ahead
-OPENING_MARGIN = 2.0  # s5: the first chunk carries at least this many times the time its successor takes to make
+OPENING_MARGIN = 2.0  # s5 alone: the first chunk carries at least this many times the time its successor takes to make,
+# and every later chunk is rendered before decoding and rendering it would take more than 1/this of the sound ahead
 
 
 def default_emit_every(frame_rate: float) -> int:
@@ -114,6 +111,8 @@ class StreamSchedule:
         self._unsent: list[np.ndarray] = []  # rendered, not yet sent (the opening renders ahead of sending)
         self._unsent_codes: list[torch.Tensor] = []
         self._unsent_frames = 0
+        self._step_s = 0.0  # the last decoder step's time
+        self._render_s, self._rendered_frames = 0.0, 0  # the last render's time and frames
         self.traced_units: list[UtteranceSynthesizer] = []  # with `SynthesisConfig.trace_attention`: every unit
 
     def release(self) -> None:
@@ -219,11 +218,10 @@ class StreamSchedule:
         if self.mode == "s5" and self._in_opening():
             return (yield from self._opening_work(unit, started)), "progress"
         if self.mode == "s5":
-            small = (self.eager_opening and 0 < self._emitted_s < SMALL_CHUNKS_UNTIL_S
-                     and not Pacer.paces(self._text_interval_ns()))
-            steps = (1 if self._emitted_s < SINGLE_STEPS_UNTIL_S else SMALL_CHUNK_STEPS) if small else S5_STEPS_PER_WORK
-            completed = yield from unit.steps(max_frames=steps, stop_at_word=True)
-            emit = bool(completed) or unit.finished or small
+            budget = self._affordable_frames()
+            steps = S5_STEPS_PER_WORK if budget is None else max(1, min(S5_STEPS_PER_WORK, budget - self._pending(unit)))
+            completed = yield from self._decode(unit, max_frames=steps, stop_at_word=True)
+            emit = bool(completed) or unit.finished or (budget is not None and self._pending(unit) >= budget)
             if emit and self._renders_together(unit):
                 emit = False
         else:
@@ -258,17 +256,14 @@ class StreamSchedule:
         text is held until that text is in, at most `MAX_OPENING_HOLD_S`. Once the sound is ready, the calls
         that wait for that text decode a step each without rendering, so that `work` lets it go within a step of
         the text's arrival."""
-        decoded, stepping = len(unit.frames), self.clock()  # after this call's encoding of new words
-        completed = yield from unit.steps(max_frames=max(1, self.opening_first_render - len(unit.frames)),
-                                          stop_at_word=True)
-        stepped = self.clock()
+        completed = yield from self._decode(unit, max_frames=max(1, self.opening_first_render - len(unit.frames)),
+                                            stop_at_word=True)
         self._count(unit, completed)
         if not self.opening_ready:
             self._render(unit)
             # the first chunk must last while the next is made (a step and a render, at this moment's speed: an LLM
             # on the same cores can make both several times slower)
-            step_ns = (stepped - stepping) / max(1, len(unit.frames) - decoded)
-            next_work_s = (step_ns + self.clock() - stepped) / 1e9
+            next_work_s = self._step_s + self._render_s
             sound_s = self._unsent_s()
             self.opening_ready = sound_s > 0 and (sound_s >= OPENING_MARGIN * next_work_s or unit.finished)
         emit = self.opening_ready and (unit.finished or self._next_word_free(unit)
@@ -280,6 +275,30 @@ class StreamSchedule:
         chunk = (self._emit(unit) if unit.finished else self._take_chunk()) if emit else None
         self.times.compute_ns += self.clock() - started
         return chunk
+
+    def _decode(self, unit: UtteranceSynthesizer, **steps) -> Steps[list]:
+        """`unit.steps`, timing a decoder step (after this call's encoding of new words)."""
+        decoded, started = len(unit.frames), self.clock()
+        completed = yield from unit.steps(**steps)
+        if len(unit.frames) > decoded:
+            self._step_s = (self.clock() - started) / 1e9 / (len(unit.frames) - decoded)
+        return completed
+
+    def _pending(self, unit: UtteranceSynthesizer) -> int:
+        """Frames decoded and not yet rendered."""
+        return len(unit.frames) - self._cursor
+
+    def _affordable_frames(self) -> int | None:
+        """Alone, at LLM speed, once sound plays: how many frames may wait before a render, so that decoding and
+        rendering them takes at most 1/`OPENING_MARGIN` of the sound ahead of the player. A frame costs a step and
+        the last render's time a frame, its fixed part included: an over-estimate for longer renders, so chunks
+        start small and grow with the sound ahead, whatever the vocoder costs (None: words render whole)."""
+        ahead_s = self._ahead_s()
+        if not self.eager_opening or ahead_s is None or not self._rendered_frames or Pacer.paces(
+                self._text_interval_ns()):
+            return None
+        frame_cost_s = self._step_s + self._render_s / self._rendered_frames
+        return max(1, int(ahead_s / (OPENING_MARGIN * frame_cost_s)))
 
     def _next_word_free(self, unit: UtteranceSynthesizer) -> bool:
         """Has the text the second word needs arrived (or ended)? Words that came in while the unit ran count, not
@@ -338,6 +357,7 @@ class StreamSchedule:
         self._cursor = len(unit.frames)
         self.times.frames += len(new)
         codes = torch.stack(new, dim=1)
+        started = self.clock()
         if self._pacer is None:
             audio = self._codec_stream.push(codes)
         else:
@@ -351,6 +371,7 @@ class StreamSchedule:
                 hold = Pacer.prebuffer_ns(self._word_interval_ns(), self._token_interval_ns())
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
+        self._render_s, self._rendered_frames = (self.clock() - started) / 1e9, len(new)
         self._unsent.append(self._leading_silence(audio))
         self._unsent_codes.append(codes)
         self._unsent_frames += len(new)

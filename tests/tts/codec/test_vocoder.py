@@ -283,18 +283,21 @@ def test_istft_training_batches_align_audio_with_frames():
     assert float(anti_wrap(torch.tensor(np.pi - 0.1))) == pytest.approx(np.pi - 0.1)
 
 
-def test_auto_chooses_v1_only_where_the_cpu_computes_bfloat16(monkeypatch):
-    """The shipped codec names "auto": HiFi-GAN V1 where bfloat16 is native (live there), else the iSTFT vocoder; a
-    loaded codec reports the vocoder it chose, and a named one is kept as named."""
+@pytest.mark.parametrize("bf16, capability, chosen", [(True, "AVX512", "universal"), (True, "AVX2", "universal"),
+                                                       (False, "AVX512", "universal"), (False, "AVX2", "fast"),
+                                                       (False, "DEFAULT", "fast")])
+def test_auto_chooses_v1_where_the_cpu_has_avx512_or_bfloat16(monkeypatch, bf16, capability, chosen):
+    """The shipped codec names "auto": HiFi-GAN V1 where it streams live (bfloat16 native, or float32 on AVX-512),
+    else the iSTFT vocoder; a loaded codec reports the vocoder it chose, and a named one is kept as named."""
     import tts.codec.vocoder as vocoders
     from tts.codec.load import load_codec
 
-    monkeypatch.setattr(vocoders, "native_bf16", lambda: True)
-    assert vocoders.choose_vocoder("auto") == "universal" and vocoders.resolve_vocoder("auto") == "universal"
-    monkeypatch.setattr(vocoders, "native_bf16", lambda: False)
-    assert vocoders.choose_vocoder("auto") == "fast" and vocoders.resolve_vocoder("auto") == vocoders.FAST_DIR
+    monkeypatch.setattr(vocoders, "native_bf16", lambda: bf16)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert vocoders.choose_vocoder("auto") == chosen
+    assert vocoders.resolve_vocoder("auto") == ("universal" if chosen == "universal" else vocoders.FAST_DIR)
     assert vocoders.choose_vocoder("universal") == "universal" and vocoders.choose_vocoder("runs/v") == "runs/v"
     codec = load_codec()
-    assert codec.config.vocoder == "fast"
-    codec.use_vocoder("universal")
-    assert codec.config.vocoder == "universal"
+    assert codec.config.vocoder == chosen
+    codec.use_vocoder("fast" if chosen == "universal" else "universal")
+    assert codec.config.vocoder != chosen

@@ -1,5 +1,6 @@
 """The engine's schedule without a thread or an event loop: words into its inbox, `work()` called until done.
 Synthesis units: where a reply is cut, and that each unit runs with fresh state."""
+import pytest
 import torch
 
 from tts.inference.schedule import SHARED_FIRST_CHUNK_S, StreamSchedule
@@ -134,25 +135,38 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     assert torch.equal(*codes)
 
 
-def test_alone_a_vocoder_with_costly_renders_opens_eagerly_and_never_leaves_the_player_dry(tiny_bundle):
-    """HiFi-GAN's renders cost several times the iSTFT vocoder's (here 15 ms + 10 ms a codec frame, as V1 streamed on
-    one thread): alone, the stream still opens frame by frame, sends its first sound before the 0.3 s that streams
-    among others hold, and each chunk leaves before the player has played everything sent before it."""
+@pytest.mark.parametrize("render_ms, render_frame_ms, step_ms", [(15, 10, 0), (11, 14, 10), (11, 20, 12), (15, 25, 10)])
+def test_alone_a_vocoder_with_costly_renders_opens_eagerly_and_never_leaves_the_player_dry(
+        tiny_bundle, monkeypatch, render_ms, render_frame_ms, step_ms):
+    """HiFi-GAN's renders cost several times the iSTFT vocoder's (15 ms + 10 ms a codec frame, as V1 streamed in
+    bfloat16 on one thread; 11 ms + 14 ms a frame and a 10 ms decoder step, as in float32 on AVX-512; 11 + 20 and
+    12, AVX2; a slower machine, where fixed-size small chunks ran the player dry): alone, the stream still opens
+    frame by frame, sends its first sound before the 0.3 s that streams among others hold, and each chunk leaves
+    before the player has played everything sent before it."""
     from tts.codec.mel_codec import MelCodec
     from tts.codec.vocoder import Generator, Vocoder, VocoderConfig
-    from tts.inference.synthesis import TTSBundle
+    from tts.inference.synthesis import TTSBundle, UtteranceSynthesizer
 
     tiny = tiny_bundle(2)
     hifigan = Vocoder(Generator(VocoderConfig(upsample_initial_channel=16)))
     costly = TTSBundle(tiny.model, tiny.symbols, MelCodec(tiny.codec.model, hifigan), tiny.g2p)
     clock = TickClock()
+    steps = UtteranceSynthesizer.steps
+
+    def costly_steps(unit, **kwargs):
+        decoded = len(unit.frames)
+        completed = yield from steps(unit, **kwargs)
+        clock.now += step_ms * 1_000_000 * (len(unit.frames) - decoded)
+        return completed
+
+    monkeypatch.setattr(UtteranceSynthesizer, "steps", costly_steps)
     inbox = Inbox(UtteranceTimes(), clock=clock)
     schedule = StreamSchedule(costly, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
     assert schedule.eager_opening
     push = schedule._codec_stream.push
 
     def costly_push(codes, stretch=1.0):
-        clock.now += 15_000_000 + 10_000_000 * codes.shape[1]
+        clock.now += (render_ms + render_frame_ms * codes.shape[1]) * 1_000_000
         return push(codes, stretch)
 
     schedule._codec_stream.push = costly_push

@@ -336,8 +336,6 @@ def test_a_short_opening_word_waits_for_the_next_words_text(tiny_bundle, pause_s
     assert (first.created_ns > arrivals[3]) is held  # word 4 ("friend.") lets word 2 start
     assert result.times.opening_hold_ms > 0 and (pause_s > MAX_OPENING_HOLD_S) is not held
     assert torch.equal(join_codes(offline), join_codes(result.chunks))  # timing changes, never the speech
-    mid_word = [c for c in result.chunks[1:] if c.frames and not c.words]
-    assert mid_word, "right after a short opening word, frames should leave before their word is complete"
 
 
 def test_a_break_ends_the_words_before_it_and_the_rest_start_afresh(tiny_bundle):
