@@ -343,7 +343,7 @@ class StreamSchedule:
 
     def _unrendered_s(self, unit: UtteranceSynthesizer) -> float:
         """Seconds of frames decoded and not yet sent (rendered into `_unsent` or not)."""
-        return (len(unit.frames) - self._cursor + self._unsent_frames) / self.bundle.codec.frame_rate
+        return (self._pending(unit) + self._unsent_frames) / self.bundle.codec.frame_rate
 
     def _emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None:
         self._render(unit)
