@@ -297,7 +297,8 @@ class StreamSchedule:
         if not self.eager_opening or ahead_s is None or not self._rendered_frames or Pacer.paces(
                 self._text_interval_ns()):
             return None
-        frame_cost_s = self._step_s + self._render_s / self._rendered_frames
+        # at least a microsecond: a clock coarser than a step and a render would measure both as nothing
+        frame_cost_s = max(1e-6, self._step_s + self._render_s / self._rendered_frames)
         return max(1, int(ahead_s / (OPENING_MARGIN * frame_cost_s)))
 
     def _next_word_free(self, unit: UtteranceSynthesizer) -> bool:
