@@ -17,7 +17,7 @@ from agent.listen import HeardLine, Listener, SpeechResumed, UserSpeaking
 from agent.orchestrator import Agent, AgentConfig
 from audio_io.sinks import WavSink
 from llm.base import LLMBackend, LLMError
-from tts.inference.streaming import load_bundle
+from tts.inference.streaming import WORKER_TORCH_THREADS, load_bundle
 from tts.inference.synthesis import TTSBundle
 
 if TYPE_CHECKING:
@@ -26,34 +26,23 @@ if TYPE_CHECKING:
 
 
 def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path | None = None,
-                 vocoder: str | None = None) -> dict[str, TTSBundle]:
+                 vocoder: str | None = None, render_threads: int = WORKER_TORCH_THREADS) -> dict[str, TTSBundle]:
     """The voices the modes run (s5, or the full-context model for t5 and sentence), each loaded once; `vocoder`
-    replaces the codec's own ("auto")."""
+    replaces the codec's own ("auto"); warmed for renders on `render_threads` torch threads."""
     bundles: dict[str, TTSBundle] = {}
     cache: dict[str, TTSBundle] = {}
     for mode in modes:
         key = "s5" if mode == "s5" else "t5"
         if key not in cache:
-            cache[key] = load_bundle(mode, s5_model if key == "s5" else t5_model, vocoder=vocoder)
+            cache[key] = load_bundle(mode, s5_model if key == "s5" else t5_model, vocoder=vocoder,
+                                     render_threads=render_threads)
         bundles[mode] = cache[key]
     return bundles
 
 
-def add_llm_arguments(parser, choices: list[str], default: str | None) -> None:
-    """The LLM flags `s5 chat`, `s5 serve`, `s5 replay` and `s5 bench e2e` share; `llm_from_args` reads them."""
-    parser.add_argument("--llm", choices=choices, default=default,
-                        help="openai: an OpenAI-compatible server (vLLM, TGI, llama.cpp, LM Studio, a hosted API)")
-    parser.add_argument("--llm-url", default=None, help="--llm openai: the server's base URL (default: $OPENAI_BASE_URL, "
-                        "configs/agent.yaml's llm.openai_url, http://localhost:8000/v1); key from OPENAI_API_KEY")
-    parser.add_argument("--llm-model", default=None, help="--llm openai: the model's name on that server")
-    parser.add_argument("--ollama-model", default=None)
-    parser.add_argument("--ollama-host", default=None)
-    parser.add_argument("--config", type=Path, default=None, help="agent YAML (default: configs/agent.yaml)")
-
-
 @dataclass
 class LLMChoice:
-    """Which LLM, and where: each setting resolved in the documented order (flag, environment, file, default)."""
+    """Which LLM, and where (resolved by `agent/settings.py`: flag, environment, file, default)."""
     kind: str  # auto, ollama, openai or embedded
     ollama_model: str
     ollama_host: str
@@ -61,13 +50,13 @@ class LLMChoice:
     openai_url: str | None = None
     openai_model: str | None = None
     max_tokens: int | None = None
+    openai_api_key: str | None = None
 
     @classmethod
-    def from_args(cls, args, settings: "LLMSettings") -> "LLMChoice":
-        return cls(args.llm or settings.backend, args.ollama_model or settings.ollama_model,
-                   args.ollama_host or settings.host, keep_alive=settings.keep_alive,
-                   openai_url=args.llm_url or settings.url, openai_model=args.llm_model or settings.openai_model,
-                   max_tokens=settings.max_tokens)
+    def from_settings(cls, settings: "LLMSettings") -> "LLMChoice":
+        return cls(settings.backend, settings.ollama_model, settings.ollama_host, keep_alive=settings.keep_alive,
+                   openai_url=settings.openai_url, openai_model=settings.openai_model,
+                   max_tokens=settings.max_tokens, openai_api_key=settings.openai_api_key)
 
     def new(self, kind: str | None = None) -> LLMBackend:
         """A backend of `kind` (default: the chosen one; not auto), not yet contacted: `s5 serve` makes one per
@@ -76,7 +65,8 @@ class LLMChoice:
         if kind == "openai":
             from llm.openai_backend import DEFAULT_URL, OpenAILLM
 
-            return OpenAILLM(self.openai_model or "", self.openai_url or DEFAULT_URL, max_tokens=self.max_tokens)
+            return OpenAILLM(self.openai_model or "", self.openai_url or DEFAULT_URL, api_key=self.openai_api_key,
+                             max_tokens=self.max_tokens)
         if kind == "ollama":
             from llm.ollama_backend import OllamaLLM
 
@@ -88,19 +78,19 @@ class LLMChoice:
         raise LLMError(f"unknown LLM {kind!r} (choose auto, ollama, openai or embedded)")
 
 
-async def llm_from_args(args, settings: "LLMSettings", say=print) -> LLMBackend:
-    """The LLM the flags ask for, warmed up."""
-    return await pick_llm(LLMChoice.from_args(args, settings), say=say)
+async def open_llm(settings: "LLMSettings", say=print) -> LLMBackend:
+    """The LLM the settings name, warmed up."""
+    return await pick_llm(LLMChoice.from_settings(settings), say=say)
 
 
 @asynccontextmanager
-async def live_llm(args, settings: "LLMSettings", say=print) -> AsyncIterator[LLMBackend | None]:
-    """`s5 replay` and `s5 bench e2e`: None for `--llm replay` (the script's own answers), else the LLM the flags
-    ask for, closed on the way out."""
-    if args.llm == "replay":
+async def live_llm(settings: "LLMSettings", say=print) -> AsyncIterator[LLMBackend | None]:
+    """`s5 replay` and `s5 bench e2e`: None for backend "replay" (the script's own answers), else the LLM the
+    settings name, closed on the way out."""
+    if settings.backend == "replay":
         yield None
         return
-    llm = await llm_from_args(args, settings, say=say)
+    llm = await open_llm(settings, say=say)
     try:
         yield llm
     finally:

@@ -11,27 +11,41 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent.bench import cli as bench_cli
-from agent.chat import add_llm_arguments
 from agent.serve import cli as serve_cli
+from agent.settings import add_settings_arguments
 from audio_io.errors import UserError
-from tts.cli import STRETCH_HELP, VOCODER_HELP, err, notice, progress_bar
+from tts.cli import err, notice, progress_bar
 from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
+
+
+def settings_for(command: str, args: argparse.Namespace):
+    """The command's settings (`agent/settings.py`); with `--show-settings` they are printed and the command ends."""
+    from agent.settings import auto_vocoder_note, resolve, show
+
+    resolved = resolve(command, args)
+    if getattr(args, "show_settings", False):
+        print(show(resolved, auto_vocoder_note(resolved.settings)))
+        raise SettingsShown
+    return resolved.settings
+
+
+class SettingsShown(Exception):
+    """`--show-settings` printed them: the command stops there, successfully."""
 
 
 def _chat(args: argparse.Namespace) -> int:
     import asyncio
 
-    from agent.config import load_agent_settings
+    from agent.chat import chat, load_bundles, open_llm
     from agent.logs import log_to_file
     from agent.orchestrator import AgentConfig
-    from agent.chat import chat, llm_from_args, load_bundles
     from audio_io.sinks import WavSink, open_sink
 
-    settings = load_agent_settings(args.config)
+    settings = settings_for("chat", args)
     log_to_file()  # a turn that fails shows one line; its traceback goes here
-    mode = args.tts or settings.tts.mode
-    bundles = load_bundles([mode], vocoder=args.vocoder or settings.tts.vocoder)
+    mode = settings.tts.mode
+    bundles = load_bundles([mode], vocoder=settings.tts.vocoder)
     rate = bundles[mode].codec.sample_rate
     out_dir = args.out
     output = "wav" if out_dir else settings.audio.output
@@ -47,9 +61,9 @@ def _chat(args: argparse.Namespace) -> int:
     console = Console()
 
     async def run() -> int:
-        llm = await llm_from_args(args, settings.llm, say=lambda m: err.print(f"[green]{m}[/]"))
+        llm = await open_llm(settings.llm, say=lambda m: err.print(f"[green]{m}[/]"))
         listener = microphone = None
-        if args.voice or settings.audio.voice:
+        if settings.audio.voice:
             from agent.listen import Listener
             from audio_io.capture import Microphone
             from audio_io.echo import EchoGate
@@ -82,24 +96,25 @@ def _replay(args: argparse.Namespace) -> int:
     import asyncio
 
     from agent.chat import live_llm, load_bundles
-    from agent.config import load_agent_settings
     from agent.logs import log_to_file
+    from agent.orchestrator import AgentConfig
     from agent.replay import replay, soak_summary
     from llm.replay import ReplayScript
 
+    settings = settings_for("replay", args)
     script = ReplayScript.load(args.script)
     if args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: at least 1")
     script.turns = script.turns * args.repeat
     log_to_file()
-    bundles = load_bundles([args.tts], vocoder=args.vocoder)
+    mode = settings.tts.mode
+    bundles = load_bundles([mode], vocoder=settings.tts.vocoder)
     out_dir = args.out or Path("replay_out") / args.script.stem
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = load_agent_settings(args.config)
 
     async def run(progress):
-        async with live_llm(args, settings.llm, say=lambda m: err.print(f"[green]{m}[/]")) as llm:
-            return await replay(script, bundles, args.tts, out_dir, settings.tts.synthesis(), pace=False,
+        async with live_llm(settings.llm, say=lambda m: err.print(f"[green]{m}[/]")) as llm:
+            return await replay(script, bundles, AgentConfig.from_settings(settings, mode), out_dir, pace=False,
                                 progress=progress, save_wavs=not args.no_wavs, llm=llm)
 
     with progress_bar() as progress:
@@ -137,17 +152,18 @@ def _pacing_note(times) -> str:
 def _say(args: argparse.Namespace) -> int:
     import asyncio
 
-    from agent.config import check_max_stretch
     from audio_io.sinks import WavSink, open_sink
     from tts.frontend.text import normalize_text
     from tts.inference.pipeline import speak
     from tts.inference.streaming import load_bundle
-    from tts.inference.synthesis import SynthesisConfig
+    from dataclasses import replace
 
+    settings = settings_for("say", args)
+    mode = settings.tts.mode
     words = normalize_text(args.text)
     if not words:
         raise UserError("nothing to say: the text has no speakable words")
-    bundle = load_bundle(args.mode, args.model, vocoder=args.vocoder)
+    bundle = load_bundle(mode, args.model, vocoder=settings.tts.vocoder)
     prompt = None
     if args.prompt_wav:
         from audio_io.wav import read_wav, resample
@@ -161,13 +177,14 @@ def _say(args: argparse.Namespace) -> int:
     if args.out:
         sink = WavSink(bundle.codec.sample_rate, args.out, pace=False)
     else:
-        sink = open_sink(args.output, bundle.codec.sample_rate, "s5_say.wav", args.device, notice=notice)
+        sink = open_sink(settings.audio.output, bundle.codec.sample_rate, "s5_say.wav", settings.audio.device,
+                         notice=notice)
     units: list = []
-    config = SynthesisConfig(seed=args.seed, trace_attention=bool(args.plot))
+    config = replace(settings.tts.synthesis(), seed=args.seed, trace_attention=bool(args.plot))
     try:
-        result = asyncio.run(speak(bundle, words, args.mode, args.words_per_second, config, sink, prompt=prompt,
-                                   max_stretch=check_max_stretch(args.max_stretch), keep_chunks=bool(args.plot),
-                                   traced_units=units))
+        result = asyncio.run(speak(bundle, words, mode, args.words_per_second, config, sink, prompt=prompt,
+                                   max_stretch=settings.tts.max_stretch, keep_chunks=bool(args.plot),
+                                   traced_units=units, emit_every=settings.tts.emit_every))
     finally:
         sink.close()
     if args.plot:
@@ -179,7 +196,7 @@ def _say(args: argparse.Namespace) -> int:
         err.print(f"[green]picture: {picture}[/]")
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
     where = f" -> {sink.path}" if getattr(sink, "path", None) else ""
-    err.print(f"{args.mode}: {result.words} words, {result.audio_s:.2f} s of audio, first audible {audible} after the "
+    err.print(f"{mode}: {result.words} words, {result.audio_s:.2f} s of audio, first audible {audible} after the "
               f"first word, rtf {result.rtf or 0:.2f}, underruns {result.playback.underruns}{_pacing_note(result.times)}{where}")
     return 0
 
@@ -189,23 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     chat = commands.add_parser("chat", help="terminal voice chat (Ollama if reachable, else the embedded LLM)")
-    add_llm_arguments(chat, ["auto", "ollama", "openai", "embedded"], None)
-    chat.add_argument("--tts", choices=["s5", "t5", "sentence"], default=None)
+    add_settings_arguments(chat, "chat")
     chat.add_argument("--out", type=Path, default=None, help="write each turn as a WAV (and latency.jsonl) here instead of playing")
-    chat.add_argument("--vocoder", default=None, help=VOCODER_HELP + " (default: configs/agent.yaml's tts.vocoder)")
-    chat.add_argument("--voice", action="store_true", help="also listen to the microphone (VAD + Whisper); typing still works")
     chat.set_defaults(func=_chat)
 
     rep = commands.add_parser("replay", help="run a YAML conversation script: one WAV per turn and latency records")
     rep.add_argument("script", type=Path)
-    rep.add_argument("--tts", choices=["s5", "t5", "sentence"], default="s5")
+    add_settings_arguments(rep, "replay")
     rep.add_argument("--out", type=Path, default=None, help="default: replay_out/SCRIPT")
     rep.add_argument("--json", action="store_true")
-    rep.add_argument("--vocoder", default=None, help=VOCODER_HELP)
     rep.add_argument("--repeat", type=int, default=1, help="play the script this many times (a soak: latency drift and "
                      "memory growth after warm-up are reported)")
     rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
-    add_llm_arguments(rep, ["replay", "ollama", "openai", "embedded"], "replay")  # replay: the script's answers
     rep.set_defaults(func=_replay)
 
     serve_cli.register(commands)
@@ -220,17 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     replies.set_defaults(func=_data_replies)
     say = commands.add_parser("say", help="speak a text through the streaming engine (plays, or writes a WAV)")
     say.add_argument("text")
-    say.add_argument("--mode", choices=["s5", "t5", "sentence"], default="s5")
+    add_settings_arguments(say, "say")
     say.add_argument("--out", type=Path, default=None, help="write a WAV instead of playing")
     say.add_argument("--words-per-second", type=float, default=0.0, help="feed words at this rate (0: all at once)")
     say.add_argument("--model", type=Path, default=None, help="exported model folder (default: the shipped one)")
-    say.add_argument("--output", choices=["auto", "device", "wav", "null"], default="auto")
-    say.add_argument("--device", default=None, help="sounddevice output device name or index")
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--prompt-wav", type=Path, default=None, help="reference clip of the voice to speak in (zero-shot)")
     say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
-    say.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
-    say.add_argument("--vocoder", default=None, help=VOCODER_HELP)
     say.add_argument("--plot", type=Path, default=None, help="also draw the cross-attention (lookahead window marked) and "
                      "the waveform into this PNG")
     say.set_defaults(func=_say)
@@ -238,14 +246,37 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmarks")
     bench_kinds = bench.add_subparsers(dest="kind", required=True)
     eval_cli.register(commands, bench_kinds)
+    _settled(commands.choices["eval"], "eval", {"mode": "tts.mode", "vocoder": "tts.vocoder",
+                                                 "cfg_scale": "tts.cfg_scale"})
+    _settled(bench_kinds.choices["tts"], "bench tts", {"vocoder": "tts.vocoder", "emit_every": "tts.emit_every",
+                                                        "max_stretch": "tts.max_stretch"})
     bench_cli.register(bench_kinds)
     return parser
+
+
+def _settled(parser: argparse.ArgumentParser, command: str, fields: dict[str, str]) -> None:
+    """A command of the TTS packages (which cannot import the agent) under the settings path: its settings flags
+    added here, and the resolved values handed to it as `args.<name>` (`fields`: name -> key)."""
+    from agent.settings import get_setting
+
+    add_settings_arguments(parser, command)
+    run = parser.get_default("func")
+
+    def with_settings(args: argparse.Namespace) -> int:
+        settings = settings_for(command, args)
+        for name, key in fields.items():
+            setattr(args, name, get_setting(settings, key))
+        return run(args)
+
+    parser.set_defaults(func=with_settings)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except SettingsShown:
+        return 0
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130

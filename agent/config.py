@@ -1,8 +1,9 @@
-"""The agent's settings (`configs/agent.yaml`) as typed dataclasses: one place for every default, unknown keys
-refused with the key named, values checked where a wrong one would surface much later."""
+"""The agent's settings as typed dataclasses: the one place every default is written (a command's own default, e.g.
+`s5 serve`'s vocoder, sits in `agent/settings.py`'s `COMMAND_DEFAULTS`). Unknown keys are refused with the key named;
+values are checked where a wrong one would surface much later. Which source sets a key (flag, environment, config
+file, default) is `agent/settings.py`'s job."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,24 +27,13 @@ LLM_BACKENDS = ("auto", "ollama", "openai", "embedded")
 class LLMSettings:
     backend: str = "auto"  # auto: Ollama if reachable with the model pulled, else the embedded Gemma 3 270M; openai:
     # an OpenAI-compatible server (vLLM, TGI, llama.cpp's server, LM Studio, a hosted API) at `openai_url`
-    ollama_host: str | None = None  # under $OLLAMA_HOST, over http://localhost:11434 (see `host`)
-    ollama_model: str = DEFAULT_MODEL
+    ollama_host: str = DEFAULT_HOST  # $OLLAMA_HOST
+    ollama_model: str = DEFAULT_MODEL  # the paper's setup (Llama 3.3 70B, Q4_K_M)
     keep_alive: str = "30m"  # how long Ollama keeps the model loaded after a turn
-    openai_url: str | None = None  # under $OPENAI_BASE_URL, over http://localhost:8000/v1 (see `url`)
+    openai_url: str = DEFAULT_URL  # $OPENAI_BASE_URL, the official client's own variable
     openai_model: str | None = None  # the name the OpenAI-compatible server knows the model by
+    openai_api_key: str | None = None  # $OPENAI_API_KEY (better there than in a file)
     max_tokens: int | None = None  # openai: the most tokens a reply may take (None: the server's limit)
-
-    @property
-    def host(self) -> str:
-        """Settings are honoured in one order: a command-line flag (the caller's), the environment, the config
-        file, the shipped default. The shipped `configs/agent.yaml` names a host too, so the environment must
-        come before the file or `OLLAMA_HOST` would never be read."""
-        return os.environ.get("OLLAMA_HOST") or self.ollama_host or DEFAULT_HOST
-
-    @property
-    def url(self) -> str:
-        """The OpenAI-compatible server, in the same order (`OPENAI_BASE_URL` is the official client's own)."""
-        return os.environ.get("OPENAI_BASE_URL") or self.openai_url or DEFAULT_URL
 
 
 @dataclass
@@ -54,7 +44,7 @@ class TTSSettings:
     temperature: float = SynthesisConfig.temperature
     max_stretch: float = DEFAULT_MAX_STRETCH  # s5 pacing: speak up to this much slower while the LLM lags; 1 = off
     cfg_scale: float = SynthesisConfig.cfg_scale  # classifier-free guidance (models trained with cfg_dropout); 1 = off
-    vocoder: str | None = None  # None: the codec's ("auto": `tts/codec/vocoder.py` choose_vocoder); "universal", "fast" or a folder
+    vocoder: str = "auto"  # auto: timed on this machine (`tts/codec/vocoder_choice.py`); universal, fast or a folder
 
     def synthesis(self) -> SynthesisConfig:
         return SynthesisConfig(top_k=self.top_k, temperature=self.temperature, cfg_scale=self.cfg_scale)
@@ -80,22 +70,27 @@ class AgentSettings:
     history_turns: int = HISTORY_TURNS
     system_prompt: str = SYSTEM_PROMPT
 
-    def check(self, where: str = "agent config") -> AgentSettings:
-        if self.tts.mode not in MODES:
-            raise ConfigError(f"{where}: tts.mode {self.tts.mode!r} is not one of {', '.join(MODES)}")
-        check_max_stretch(self.tts.max_stretch, f"{where}: tts.max_stretch")
-        if self.llm.backend not in LLM_BACKENDS:
-            raise ConfigError(f"{where}: llm.backend {self.llm.backend!r} is not one of {', '.join(LLM_BACKENDS)}")
-        if self.audio.output not in ("auto", "device", "wav", "null"):
-            raise ConfigError(f"{where}: audio.output {self.audio.output!r} is not one of auto, device, wav, null")
-        if self.history_turns < 0 or self.tts.top_k < 1 or self.tts.temperature <= 0 or self.tts.cfg_scale <= 0:
-            raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1, tts.temperature > 0 and tts.cfg_scale > 0, please")
-        return self
 
 
-def load_agent_settings(path: Path | None = None) -> AgentSettings:
-    """`configs/agent.yaml` (or `path`) -> checked settings; a missing key takes the default above."""
-    path = Path(path) if path else DEFAULT_AGENT_CONFIG
-    if not path.exists():
-        raise ConfigError(f"no agent config at {path}")
-    return build(AgentSettings, read_yaml(path) or {}, str(path)).check(str(path))
+def check_settings(settings: AgentSettings, where: str = "agent config", extra_backends: tuple[str, ...] = ()) -> AgentSettings:
+    """Values the types allow but the program does not: one line naming the key. `extra_backends`: what a
+    command accepts beyond the chat's LLMs (replay: a script's answers; serve: none)."""
+    from audio_io.errors import UserError
+
+    if settings.tts.mode not in MODES:
+        raise ConfigError(f"{where}: tts.mode {settings.tts.mode!r} is not one of {', '.join(MODES)}")
+    try:
+        check_max_stretch(settings.tts.max_stretch, f"{where}: tts.max_stretch")
+    except UserError as error:
+        raise ConfigError(str(error)) from None
+    backends = LLM_BACKENDS + extra_backends
+    if settings.llm.backend not in backends:
+        raise ConfigError(f"{where}: llm.backend {settings.llm.backend!r} is not one of {', '.join(backends)}")
+    if settings.audio.output not in ("auto", "device", "wav", "null"):
+        raise ConfigError(f"{where}: audio.output {settings.audio.output!r} is not one of auto, device, wav, null")
+    tts = settings.tts
+    if settings.history_turns < 0 or tts.top_k < 1 or tts.temperature <= 0 or tts.cfg_scale <= 0:
+        raise ConfigError(f"{where}: history_turns >= 0, tts.top_k >= 1, tts.temperature > 0 and tts.cfg_scale > 0, please")
+    if tts.emit_every is not None and tts.emit_every < 1:
+        raise ConfigError(f"{where}: tts.emit_every {tts.emit_every} must be at least 1 (or null)")
+    return settings

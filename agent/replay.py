@@ -1,7 +1,7 @@
 """`s5 replay`: a scripted conversation through the real orchestrator, and the soak figures of long replays."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agent.orchestrator import Agent, AgentConfig
@@ -10,7 +10,7 @@ from audio_io.sinks import ClockSink, WavSink
 from llm.base import LLMBackend
 from llm.replay import ReplayLLM, ReplayScript
 from tts.eval.stream_bench import percentile
-from tts.inference.synthesis import SynthesisConfig, TTSBundle
+from tts.inference.synthesis import TTSBundle
 
 
 @dataclass
@@ -53,16 +53,17 @@ def soak_summary(result: ReplayResult, warmup_fraction: float = 0.1) -> dict:
     }
 
 
-async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], mode: str, out_dir: Path | None,
-                 synthesis: SynthesisConfig | None = None, pace: bool = False, progress=None,
-                 save_wavs: bool = True, llm: LLMBackend | None = None) -> ReplayResult:
-    """Every turn of the script through the real orchestrator; one WAV per turn, records in latency.jsonl. With
-    `llm`, the user lines go to that live LLM instead of replaying the script's answers."""
+async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], config: AgentConfig, out_dir: Path | None,
+                 pace: bool = False, progress=None, save_wavs: bool = True,
+                 llm: LLMBackend | None = None) -> ReplayResult:
+    """Every turn of the script through the real orchestrator, with the turn settings `config` (its records go to
+    out_dir/latency.jsonl); one WAV per turn. With `llm`, the user lines go to that live LLM instead of replaying
+    the script's answers."""
     rate = next(iter(bundles.values())).codec.sample_rate
     sink = WavSink(rate, out_dir / "turn.wav" if out_dir else "turn.wav", pace=pace) if out_dir else ClockSink(rate, pace=pace)
-    records_path = out_dir / "latency.jsonl" if out_dir else None
-    agent = Agent(llm or ReplayLLM(script), bundles, sink, AgentConfig(tts_mode=mode, synthesis=synthesis or SynthesisConfig(),
-                                                                 records_path=records_path))
+    mode = config.tts_mode
+    config = replace(config, records_path=out_dir / "latency.jsonl" if out_dir else None)
+    agent = Agent(llm or ReplayLLM(script), bundles, sink, config)
     records, wavs, rss = [], [], []
     task = progress.add_task(f"{script.name} ({mode})", total=len(script.turns)) if progress else None
     for turn in script.turns:

@@ -50,9 +50,3 @@ def print_result(result: dict, as_json: bool, title: str) -> None:
     for key, value in result.items():
         table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
     Console().print(table)
-
-
-VOCODER_HELP = ("the vocoder: universal (HiFi-GAN V1: natural; live, first sound ~0.1 s after the third word on two "
-                "cores with bfloat16), fast (iSTFT: ~1/5 of V1's work streamed, less natural), auto (the default: "
-                "universal where the CPU has AVX-512, else fast) or a vocoder folder")
-STRETCH_HELP = "s5 pacing: slow speech down at most this much while waiting for slower text (default 1.3; 1: off)"

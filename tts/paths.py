@@ -26,4 +26,4 @@ def repo_path(path: Path | str) -> Path:
     """A path as given if it exists (or is absolute), else the same path from the repository root."""
     path = Path(path)
     return path if path.is_absolute() or path.exists() else REPO_ROOT / path
-DEFAULT_TOKENS = "tts/assets/tokens/piper_joe_mel21"  # the shipped tokenised corpus (train/val/test shards)
+DEFAULT_TOKENS = "training/tokens/piper_joe_mel21"  # the shipped tokenised corpus (train/val/test shards)

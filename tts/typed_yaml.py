@@ -1,6 +1,9 @@
 """YAML config files read into dataclasses, the same way everywhere (agent, model, training, vocoder campaign): a file
 that is missing or not YAML, an unknown key, a value of the wrong type is one `ConfigError` line naming the file and
-the key; numbers written `1e-3` (a string to YAML 1.1, which PyYAML follows) are numbers."""
+the key; numbers written `1e-3` (a string to YAML 1.1, which PyYAML follows) are numbers.
+
+A file may start from another: `base: s5_default.yaml` (relative to the file) reads that file first, and this
+file's keys override its keys, mapping by mapping, so a variant writes only what differs."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,14 +21,31 @@ class ConfigError(UserError):
     """A config file a user can fix: the message names the file and the key."""
 
 
-def read_yaml(path: Path | str) -> Any:
+def read_yaml(path: Path | str, _seen: tuple[Path, ...] = ()) -> Any:
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text())
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror or error}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(data, dict) or "base" not in data:
+        return data
+    base_path = path.parent / str(data.pop("base"))
+    if base_path.resolve() in _seen:
+        raise ConfigError(f"{path}: base {base_path.name} includes itself")
+    base = read_yaml(base_path, _seen + (path.resolve(),))
+    if not isinstance(base, dict):
+        raise ConfigError(f"{path}: base {base_path} is not a mapping")
+    return merged(base, data)
+
+
+def merged(base: dict, override: dict) -> dict:
+    """`override`'s keys over `base`'s, mappings merged key by key (a list or a value replaces the base's)."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _typed(annotation, value) -> tuple[bool, Any]:

@@ -8,13 +8,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from agent.chat import add_llm_arguments
+from agent.settings import add_settings_arguments
 from audio_io.errors import UserError
-from tts.cli import VOCODER_HELP, err, print_result, progress_bar
+from tts.cli import err, print_result, progress_bar
 
 
 def _bench_serve(args: argparse.Namespace) -> int:
     import asyncio
+
+    from agent.cli import settings_for
 
     from agent.bench.serve import bench_serve
     from agent.chat import load_bundles
@@ -29,10 +31,12 @@ def _bench_serve(args: argparse.Namespace) -> int:
         raise UserError(f"--sessions {args.sessions}: comma-separated counts of at least 1, e.g. 1,2,4")
     import torch
 
+    settings = settings_for("bench serve", args)
     torch.set_num_threads(1)  # as s5 serve: the sessions run on the worker's threads (--threads)
     sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
     with progress_bar() as progress:
-        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=args.vocoder), sentences, counts, args.model, progress,
+        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
+                                                      render_threads=1 if args.no_batch else args.threads), sentences, counts, args.model, progress,
                                          batch_decode=not args.no_batch, worker_threads=args.threads))
     if args.plot:
         from agent.bench.plots import plot_serve
@@ -52,12 +56,14 @@ def _bench_voice(args: argparse.Namespace) -> int:
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT
     from agent.bench.voice import bench_voice
     from agent.chat import load_bundles
+    from agent.cli import settings_for
     from llm.replay import ReplayScript
 
+    settings = settings_for("bench voice", args)
     script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
     if args.limit:
         script.turns = script.turns[: args.limit]
-    bundles = load_bundles(["s5", "t5", "sentence"])
+    bundles = load_bundles(["s5", "t5", "sentence"], vocoder=settings.tts.vocoder)
     with progress_bar() as progress:
         result = asyncio.run(bench_voice(script, bundles, progress=progress))
     print_result(result, args.json, "voice to voice")
@@ -69,20 +75,22 @@ def _bench_e2e(args: argparse.Namespace) -> int:
 
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT, bench_e2e
     from agent.chat import live_llm, load_bundles
-    from agent.config import load_agent_settings
+    from agent.cli import settings_for
+    from agent.orchestrator import AgentConfig
     from llm.replay import ReplayScript
 
+    settings = settings_for("bench e2e", args)
     script = ReplayScript.load(args.script or DEFAULT_BENCH_SCRIPT)
     if args.first_token_ms is not None:
         script.first_token_ms = args.first_token_ms
     if args.tokens_per_second is not None:
         script.tokens_per_second = args.tokens_per_second
-    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=args.vocoder)
+    bundles = load_bundles(["s5", "t5", "sentence"], args.s5_model, args.t5_model, vocoder=settings.tts.vocoder)
 
     async def run(progress) -> dict:
-        async with live_llm(args, load_agent_settings(args.config).llm, say=lambda m: err.print(f"[green]{m}[/]")) as llm:
+        async with live_llm(settings.llm, say=lambda m: err.print(f"[green]{m}[/]")) as llm:
             return await bench_e2e(script, bundles, progress=progress, barge_in_output=args.barge_in_output, llm=llm,
-                                   records=records)
+                                   records=records, config=AgentConfig.from_settings(settings, "s5"))
 
     records: dict = {}
     with progress_bar() as progress:
@@ -95,7 +103,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     source = (f"replayed LLM ({script.first_token_ms:.0f} ms to first token, {script.tokens_per_second:g} tokens/s)"
-              if args.llm == "replay" else f"live LLM ({args.llm})")
+              if settings.llm.backend == "replay" else f"live LLM ({settings.llm.backend})")
     table = Table(title=f"E2E latency, {source}")
     for column in ("mode", "RTF", "first chunk p50 (ms)", "E2E p50 (ms)", "E2E p95 (ms)", "first chunk after request p50 (ms)", "underruns"):
         table.add_column(column, justify="right")
@@ -152,8 +160,7 @@ def register(bench_kinds) -> None:
     e2e.add_argument("--script", type=Path, default=None, help="replay YAML (default: examples/bench_e2e.yaml)")
     e2e.add_argument("--first-token-ms", type=float, default=None)
     e2e.add_argument("--tokens-per-second", type=float, default=None)
-    e2e.add_argument("--vocoder", default=None, help=VOCODER_HELP)
-    add_llm_arguments(e2e, ["replay", "ollama", "openai", "embedded"], "replay")  # replay: the script's answers
+    add_settings_arguments(e2e, "bench e2e")
     e2e.add_argument("--s5-model", type=Path, default=None)
     e2e.add_argument("--t5-model", type=Path, default=None)
     e2e.add_argument("--barge-in-output", choices=["null", "device"], default="null",
@@ -163,7 +170,7 @@ def register(bench_kinds) -> None:
     e2e.set_defaults(func=_bench_e2e)
     serve_bench = bench_kinds.add_parser("serve", help="s5 serve under 1, 2, 4 ... concurrent clients: first audible, underruns, rtf")
     serve_bench.add_argument("--sessions", default="1,2,4,8,16")
-    serve_bench.add_argument("--vocoder", default="fast", help=VOCODER_HELP + " (default fast, as s5 serve)")
+    add_settings_arguments(serve_bench, "bench serve")
     serve_bench.add_argument("--no-batch", action="store_true", help="each session on a thread of its own (the comparison)")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
@@ -186,4 +193,5 @@ def register(bench_kinds) -> None:
     voice.add_argument("--json", action="store_true")
     voice.add_argument("--script", type=Path, default=None, help="replay YAML whose user lines are spoken (default: examples/bench_e2e.yaml)")
     voice.add_argument("--limit", type=int, default=None, help="questions used")
+    add_settings_arguments(voice, "bench voice")
     voice.set_defaults(func=_bench_voice)

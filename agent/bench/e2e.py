@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from agent.orchestrator import Agent, AgentConfig
 from agent.records import TurnRecord
@@ -72,16 +73,20 @@ def summarize_records(records: list[TurnRecord]) -> dict:
 
 async def bench_e2e(script: ReplayScript, bundles: dict[str, TTSBundle], modes: tuple[str, ...] = MODES,
                     seed: int = 0, progress=None, barge_in_output: str = "null", llm: LLMBackend | None = None,
-                    records: dict[str, list[TurnRecord]] | None = None, barge_in: bool = True) -> dict:
+                    records: dict[str, list[TurnRecord]] | None = None, barge_in: bool = True,
+                    config: AgentConfig | None = None) -> dict:
     """The same replayed LLM stream through every mode, turn by turn interleaved so machine noise hits all alike.
     With a live `llm` each mode asks it the script's user lines itself (the replies, and their timing, differ).
-    `barge_in`: also time how fast s5 stops when the user talks over it."""
+    `barge_in`: also time how fast s5 stops when the user talks over it. `config`: the turn settings (sampling,
+    pacing; each turn i samples with seed + i)."""
+    config = config or AgentConfig()
     by_mode: dict[str, list[TurnRecord]] = {m: [] for m in modes}
     task = progress.add_task("bench e2e", total=len(script.turns) * len(modes)) if progress else None
     for i, turn in enumerate(script.turns):
         single = ReplayScript(script.name, [turn], script.first_token_ms, script.tokens_per_second)
         for mode in modes:
-            result = await replay(single, bundles, mode, None, SynthesisConfig(seed=seed + i), llm=llm)
+            turn_config = replace(config, tts_mode=mode, synthesis=replace(config.synthesis, seed=seed + i))
+            result = await replay(single, bundles, turn_config, None, llm=llm)
             for record in result.records:
                 record.turn = i + 1  # the script's turn, not the one-turn replay's
             by_mode[mode] += result.records

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,7 @@ class ServeConfig:
     idle_timeout_s: float = 300.0  # a conversation with no message for this long is closed (its slot freed)
     batch_decode: bool = True  # one worker runs every session, decoder steps batched (`tts/inference/batching.py`)
     worker_threads: int = 2  # torch threads of that worker (two cores, 8 sessions: first audible p95 508 ms at 1, 394 at 2)
+    turn: AgentConfig = field(default_factory=AgentConfig)  # conversations' and requests' settings (`s5 serve --config`)
 
 
 class QueueSink(ClockSink):
@@ -174,7 +175,7 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
             active["n"] += 1
             try:
                 bundle = bundles[model] if vocoder == "default" else voiced(model, vocoder)
-                return await _stream(request, bundle, model, words, response_format)
+                return await _stream(request, bundle, model, words, response_format, config.turn.synthesis)
             finally:
                 active["n"] -= 1
 
@@ -203,10 +204,11 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
     return app
 
 
-async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: list[str], response_format: str):
+async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: list[str], response_format: str,
+                  synthesis: SynthesisConfig):
     rate = bundle.codec.sample_rate
     sink = QueueSink(rate)
-    synth = StreamingSynthesizer(bundle, "s5" if model == "s5" else "t5", SynthesisConfig(seed=0), max_stretch=1.0)
+    synth = StreamingSynthesizer(bundle, "s5" if model == "s5" else "t5", replace(synthesis, seed=0), max_stretch=1.0)
     speaking = asyncio.create_task(Speech(synth, sink).run(words))
     # a synthesis that fails ends the stream too (the writer below must not wait for audio that never comes)
     speaking.add_done_callback(lambda task: task.cancelled() or task.exception() is None or sink.queue.put_nowait(None))
@@ -230,7 +232,7 @@ async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], ll
     tts = {"s5": bundles["s5"], "t5": bundles.get("t5", bundles["s5"]), "sentence": bundles.get("t5", bundles["s5"])}
     rate = bundles["s5"].codec.sample_rate
     llm = llm_factory()
-    agent = Agent(llm, tts, SocketSink(rate, ws), AgentConfig(synthesis=SynthesisConfig(seed=0)),
+    agent = Agent(llm, tts, SocketSink(rate, ws), replace(config.turn, synthesis=replace(config.turn.synthesis, seed=0)),
                   on_piece=lambda text: asyncio.ensure_future(ws.send_json({"type": "text", "text": text})))
     await ws.send_json({"type": "ready", "sample_rate": rate, "modes": list(MODES), "microphone_rate": CAPTURE_RATE})
     turn: asyncio.Task | None = None

@@ -1,21 +1,24 @@
 """The typed agent config: defaults in one place, unknown keys and wrong types refused with the key named."""
+import argparse
+
 import pytest
+import yaml
 
 from agent.cli import main
-from agent.config import (
-    DEFAULT_AGENT_CONFIG,
-    AgentSettings,
-    ConfigError,
-    load_agent_settings,
-)
-from llm.ollama_backend import DEFAULT_HOST
+from agent.config import DEFAULT_AGENT_CONFIG, AgentSettings, ConfigError
+from agent.settings import resolve
 
 
-def test_shipped_config_loads_and_matches_the_defaults():
-    settings = load_agent_settings()
-    assert settings.tts.mode == "s5" and settings.llm.backend == "auto" and settings.history_turns == 8
-    assert settings.system_prompt == AgentSettings().system_prompt  # one default, written once
-    assert DEFAULT_AGENT_CONFIG.exists()
+def settings_from(path):
+    return resolve("chat", argparse.Namespace(config=path), environ={}).settings
+
+
+def test_shipped_config_sets_nothing_so_the_defaults_are_written_once():
+    """configs/agent.yaml documents every key, all commented out: what a command uses without --config is the
+    default from agent/config.py (`--show-settings` says `# default` for each)."""
+    assert DEFAULT_AGENT_CONFIG.exists() and not yaml.safe_load(DEFAULT_AGENT_CONFIG.read_text())
+    resolved = resolve("chat", argparse.Namespace(config=None), environ={})
+    assert resolved.settings == AgentSettings() and set(resolved.origins.values()) == {"default"}
 
 
 @pytest.mark.parametrize("text,named", [
@@ -26,31 +29,22 @@ def test_shipped_config_loads_and_matches_the_defaults():
     ("audio: loud\n", "audio"),
     ("audio:\n  voice: sometimes\n", "audio.voice"),
     ("history_turns: true\n", "history_turns"),  # a bool is not an int
+    ("tts:\n  max_stretch: 3\n", "tts.max_stretch"),
+    ("tts:\n  emit_every: 0\n", "tts.emit_every"),
 ])
 def test_bad_keys_are_named(tmp_path, text, named):
     path = tmp_path / "agent.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
-        load_agent_settings(path)
+        settings_from(path)
 
 
 def test_missing_keys_take_defaults_and_ints_pass_for_floats(tmp_path):
     path = tmp_path / "agent.yaml"
     path.write_text("tts:\n  temperature: 1\nllm:\n  keep_alive: 5m\n")
-    settings = load_agent_settings(path)
+    settings = settings_from(path)
     assert settings.tts.temperature == 1.0 and isinstance(settings.tts.temperature, float)
     assert settings.llm.keep_alive == "5m" and settings.tts.top_k == AgentSettings().tts.top_k
-
-
-def test_ollama_host_from_the_environment_beats_the_shipped_config(monkeypatch):
-    """flag > environment > config file > default, with the config file the chat really loads."""
-    monkeypatch.delenv("OLLAMA_HOST", raising=False)
-    assert AgentSettings().llm.host == DEFAULT_HOST
-    shipped = load_agent_settings()
-    assert shipped.llm.ollama_host and shipped.llm.host == shipped.llm.ollama_host  # the file names a host
-    monkeypatch.setenv("OLLAMA_HOST", "http://gpu-box:11434")
-    assert load_agent_settings().llm.host == "http://gpu-box:11434"  # the environment beats the file
-    assert AgentSettings().llm.host == "http://gpu-box:11434"
 
 
 def test_chat_with_an_unknown_key_fails_in_one_line(tmp_path, capsys):

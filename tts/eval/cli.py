@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from audio_io.errors import UserError
-from tts.cli import STRETCH_HELP, notice, print_result, progress_bar, read_sentences
+from tts.cli import notice, print_result, progress_bar, read_sentences
 from tts.paths import CONFIGS
 
 DEFAULT_CODEC_MANIFEST = Path("corpus/test.jsonl")
@@ -22,10 +22,10 @@ def _eval(args: argparse.Namespace) -> int:
         replies = read_sentences(args.sentences or CONFIGS / "long_replies.txt")[: args.limit]
         with progress_bar() as progress:
             result = evaluate_long(bundle, replies, args.mode, args.reference_voice, out_dir=args.out, progress=progress)
-        result["vocoder"] = args.vocoder or "default"
+        result["vocoder"] = bundle.codec.config.vocoder if hasattr(bundle.codec, "config") else "codec's own"
         print_result(result, args.json, "S5-TTS long replies")
         return 0
-    if args.cfg_scale is not None and bundle.model.null_memory is None:
+    if args.cfg_scale != 1.0 and bundle.model.null_memory is None:
         raise UserError("--cfg-scale: this model was trained without cfg_dropout (no unconditional row to guide with)")
     if args.sentences:
         sentences = read_sentences(args.sentences)[: args.limit]
@@ -38,9 +38,9 @@ def _eval(args: argparse.Namespace) -> int:
         prompt, clip = zero_shot_prompt(bundle)
     with progress_bar() as progress:
         result = evaluate(bundle, sentences, args.reference_voice, out_dir=args.out, progress=progress, prompt=prompt,
-                          speaker_clip=clip, mode=args.mode, **({"cfg_scale": args.cfg_scale} if args.cfg_scale is not None else {}))
+                          speaker_clip=clip, mode=args.mode, cfg_scale=args.cfg_scale)
     result["zero_shot"] = bool(args.zero_shot)
-    result["vocoder"] = args.vocoder or "default"
+    result["vocoder"] = bundle.codec.config.vocoder if hasattr(bundle.codec, "config") else "codec's own"
     print_result(result, args.json, "S5-TTS evaluation")
     return 0
 
@@ -94,25 +94,27 @@ def _bench_tts(args: argparse.Namespace) -> int:
     import asyncio
 
     from tts.eval.stream_bench import BENCH_SENTENCES, bench_tts
-    from tts.inference.streaming import check_max_stretch, load_bundle
+    from tts.inference.streaming import load_bundle
 
-    s5, t5 = load_bundle("s5", args.s5_model), load_bundle("t5", args.t5_model)
+    s5 = load_bundle("s5", args.s5_model, vocoder=args.vocoder)
+    t5 = load_bundle("t5", args.t5_model, vocoder=args.vocoder)
     sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
     if not sentences:
         raise UserError("no sentences to benchmark")
     with progress_bar() as progress:
         result = asyncio.run(bench_tts(s5, t5, sentences, args.words_per_second, args.emit_every, quality=not args.no_quality,
-                                       progress=progress, max_stretch=check_max_stretch(args.max_stretch)))
+                                       progress=progress, max_stretch=args.max_stretch))
     print_result(result, args.json, "streaming TTS benchmark")
     return 0
 
 
 def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubParsersAction) -> None:
-    """Add `s5 eval` and the TTS benchmarks: `bench_kinds` is the `s5 bench` group (the agent adds `e2e` to it)."""
+    """Add `s5 eval` and the TTS benchmarks: `bench_kinds` is the `s5 bench` group (the agent adds `e2e` to it).
+    The settings a listener hears (mode, vocoder, guidance, pacing) come from the agent's resolver, which adds
+    their flags and sets `args.mode`, `args.vocoder`, `args.cfg_scale`, `args.emit_every`, `args.max_stretch`
+    (`agent/cli.py`)."""
     ev = commands.add_parser("eval", help="streaming synthesis quality: WER/CER, similarity, DNSMOS, RTF")
     ev.add_argument("--model", type=Path, default=None, help="exported model folder (default: the shipped one for --mode)")
-    ev.add_argument("--mode", choices=["s5", "t5", "sentence"], default="s5",
-                    help="which shipped checkpoint to evaluate (sentence: the full-context one, a sentence at a time)")
     ev.add_argument("--long", action="store_true",
                     help="long replies (default configs/long_replies.txt, one per line), each one turn: WER over the "
                          "whole audio, seconds per word and pauses against the reference voice")
@@ -123,10 +125,6 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     ev.add_argument("--reference-voice", default="piper_joe")
     ev.add_argument("--zero-shot", action="store_true", help="prompt with a held-out speaker's clip (flite_rms); similarity is to that clip")
     ev.add_argument("--out", type=Path, default=None, help="write the synthesised WAVs here")
-    ev.add_argument("--cfg-scale", type=float, default=None,
-                    help="classifier-free guidance (a model trained with cfg_dropout), e.g. 2.0; default 1.0: off")
-    ev.add_argument("--vocoder", default=None,
-                    help="voice the codes with this vocoder ('universal': HiFi-GAN V1, or a folder); default the codec's")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(func=_eval)
 
@@ -153,9 +151,7 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
     tts_bench.add_argument("--words-per-second", type=float, default=3.0)
     tts_bench.add_argument("--sentences", type=Path, default=None, help="one sentence per line (default: configs/bench_sentences.txt)")
     tts_bench.add_argument("--limit", type=int, default=None)
-    tts_bench.add_argument("--emit-every", type=int, default=None, help="t5/sentence: decoder steps per chunk (default: 0.35 s of frames, the paper's 30 steps at 86 frames/s)")
     tts_bench.add_argument("--s5-model", type=Path, default=None)
     tts_bench.add_argument("--t5-model", type=Path, default=None)
     tts_bench.add_argument("--no-quality", action="store_true", help="skip the streaming-vs-offline S5 comparison")
-    tts_bench.add_argument("--max-stretch", type=float, default=None, help=STRETCH_HELP)
     tts_bench.set_defaults(func=_bench_tts)

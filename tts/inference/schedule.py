@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from tts.codec.base import held_back_frames
+from tts.codec.vocoder_choice import OpeningRule
 from tts.inference.stream_parts import (
     DEFAULT_MAX_STRETCH,
     SEGMENT_BREAK,
@@ -48,16 +49,18 @@ PAPER_EMIT_SECONDS = 30 / 86.13  # T5 emission in the paper: every 30 decoder st
 S5_STEPS_PER_WORK = 8  # s5: decoder steps per `work()` call (a new word or a cancel waits at most one call)
 SHORT_OPENING_S = 0.35  # s5: an opening word shorter than this is held while the next word waits for its text...
 MAX_OPENING_HOLD_S = 0.4  # ...for at most this long, so that "Your | balance is $738.67" plays without a gap
-OPENING_FRAMES_PAST_HOLDBACK = 2  # s5: the opening word's frames leave from this many decoder steps past what the
-# codec holds back (the first frame is mostly the voice's leading silence), then after every step
+OPENING_FRAMES_PAST_HOLDBACK = OpeningRule.frames_past_holdback  # s5: the opening word's frames leave from this
+# many decoder steps past what the codec holds back, then after every step (why: `tts/codec/vocoder_choice.py`,
+# whose estimate of the first sound follows these two)
 SHARED_FIRST_CHUNK_S = 0.3  # s5 among other streams (no eager opening): the first sound waits until this much is
 # rendered, so that it lasts while the next words are decoded on shared cores
 SHARED_AHEAD_S = 1.0  # s5 among other streams: while this much sound is ahead of the player, completed words wait
 SHARED_RENDER_S = 1.0  # to be rendered together, up to this much a render (a render costs ~5 ms + ~0.4 ms a frame)
 SHARED_LEAD_S = 2.0  # among other streams: a stream this far ahead of its player waits ("wait") until it is not,
 # so that the cores go to the streams nearer to running dry (a new request's opening first) instead of racing ahead
-OPENING_MARGIN = 2.0  # s5 alone: the first chunk carries at least this many times the time its successor takes to make,
-# and every later chunk is rendered before decoding and rendering it would take more than 1/this of the sound ahead
+OPENING_MARGIN = OpeningRule.margin  # s5 alone: the first chunk carries at least this many times the time its
+# successor takes to make, and every later chunk is rendered before decoding and rendering it would take more than
+# 1/this of the sound ahead
 
 
 def default_emit_every(frame_rate: float) -> int:

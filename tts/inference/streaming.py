@@ -61,18 +61,22 @@ def default_model_dir(mode: str) -> Path:
 
 
 def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path | str | None = None,
-                vocoder: str | None = None) -> TTSBundle:
-    """The voice a mode runs, warmed up. `vocoder`: voice the mel codec with another vocoder ("universal":
-    HiFi-GAN V1, for audio written to a file, where its cost of about real time on two cores does not matter)."""
+                vocoder: str | None = None, render_threads: int = WORKER_TORCH_THREADS) -> TTSBundle:
+    """The voice a mode runs, warmed up for renders on `render_threads` torch threads. `vocoder` (else the codec's
+    own, "auto" for the shipped one): "auto" chooses by timing this machine against this model's decoder step
+    (`tts/codec/vocoder_choice.py`), "universal" (HiFi-GAN V1), "fast" (iSTFT) or a folder."""
+    from tts.codec.mel_codec import MelCodec
+
     directory = Path(model_dir) if model_dir else default_model_dir(mode)
     if not (directory / "model.safetensors").exists():
         raise UserError(f"no S5-TTS checkpoint in {directory} (train one with `s5 train`)")
     bundle = TTSBundle.load(directory, codec_dir)
-    if vocoder:
-        if not hasattr(bundle.codec, "use_vocoder"):
-            raise UserError("--vocoder goes with the mel codec (this voice uses another codec)")
-        bundle.codec.use_vocoder(vocoder)
-    bundle.warm_up()
+    if isinstance(bundle.codec, MelCodec):
+        name = vocoder or bundle.codec.config.vocoder
+        bundle.codec.use_vocoder(name, bundle.time_decoder_step() if name == "auto" else None)
+    elif vocoder:
+        raise UserError("--vocoder goes with the mel codec (this voice uses another codec)")
+    bundle.warm_up(render_threads)
     # what loading made lives as long as the process: out of the collector's sight. With the S5 voice loaded a full
     # collection took 176 ms (185k objects), under 0.1 ms frozen: a pause that would stall a turn's worker
     gc.freeze()

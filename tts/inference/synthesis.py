@@ -140,25 +140,58 @@ class TTSBundle:
         model, symbols, meta = load_exported(Path(model_dir))
         return cls(model, symbols, load_codec(codec_dir or meta.get("train", {}).get("codec_dir")))
 
-    def warm_up(self) -> None:
-        """A throwaway utterance, and its codes through a streaming decoder in every chunk size a turn uses: the
-        first real turn then finds the vocoder loaded and first calls' work done. Without it the first turn of
-        `s5 bench e2e` ran dry 3 times in its first 0.2 s, behind frames leaving a step at a time."""
-        synth = UtteranceSynthesizer(self, SynthesisConfig(seed=0, max_frames_per_word=6))
-        synth.push_words(["Hello", "there,", "my"])
-        synth.push_words(["friend."])
-        synth.end()
-        synth.step()
-        held_back_frames(self.codec)  # measured once per codec: the first turn's synthesizer asks for it
-        codes = torch.zeros(self.codec.num_codebooks, WARM_UP_CHUNKS, dtype=torch.long)
-        for n in range(1, WARM_UP_CHUNKS + 1):
+    def warm_up(self, threads: int) -> None:
+        """A throwaway utterance, and codes through a streaming decoder in every push length it runs
+        (`PUSH_LENGTHS`), first and steady: the CPU library compiles a kernel per convolution, input shape and
+        thread count, and a kernel first met mid-reply is a render spike that can drain the player. So this runs
+        with the torch thread count the renders will run with (`threads`: the chat's worker thread, the server's
+        worker). Without it the first turn of `s5 bench e2e` ran dry 3 times in its first 0.2 s."""
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            synth = UtteranceSynthesizer(self, SynthesisConfig(seed=0, max_frames_per_word=6))
+            synth.push_words(["Hello", "there,", "my"])
+            synth.push_words(["friend."])
+            synth.end()
+            synth.step()
+            held_back_frames(self.codec)  # measured once per codec: the first turn's synthesizer asks for it
             stream = self.codec.streaming_decoder()
-            for _ in range(3):  # the first push and the steady ones differ in shape
-                stream.push(codes[:, :n])
-            stream.flush()
+            lengths = getattr(stream, "PUSH_LENGTHS", tuple(range(1, WARM_UP_CHUNKS + 1)))
+            for n in lengths:
+                codes = torch.zeros(self.codec.num_codebooks, n, dtype=torch.long)
+                stream = self.codec.streaming_decoder()
+                for _ in range(3):  # the first push and the steady ones differ in shape
+                    stream.push(codes)
+                stream.flush()
+        finally:
+            torch.set_num_threads(previous)
+
+    def time_decoder_step(self, steps: int = 6) -> float:
+        """Seconds a decoder step takes here, on one thread with the other core busy (`BusyNeighbour`, as an LLM
+        beside the voice): what `auto` weighs a vocoder's renders against (`tts/codec/vocoder_choice.py`)."""
+        import time
+
+        from tts.codec.vocoder_choice import BusyNeighbour
+
+        synth = UtteranceSynthesizer(self, SynthesisConfig(seed=0, max_frames_per_word=12))
+        synth.push_words(["Hello", "there,", "my", "good", "friend."])
+        synth.end()
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        took = []
+        try:
+            with BusyNeighbour():
+                synth.step(max_frames=1)  # encoding and first-call allocations
+                for _ in range(steps):
+                    started = time.perf_counter()
+                    synth.step(max_frames=1)
+                    took.append(time.perf_counter() - started)
+        finally:
+            torch.set_num_threads(previous)
+        return float(np.median(took))
 
 
-WARM_UP_CHUNKS = 8  # codec frames: chunks up to this long are rendered once at load (a vocoder splits longer ones)
+WARM_UP_CHUNKS = 8  # codec frames: a codec without push lengths is warmed with chunks of 1 to this many frames
 
 
 @dataclass

@@ -47,7 +47,7 @@ class CampaignConfig:
     corpus: str = "corpus"
     corpus_hours: float = 0.5  # built with the Piper voice alone when `corpus` has no train.jsonl
     run_dir: str = "runs/vocoder_gan"  # optimizer state and the training log: not committed
-    checkpoint_dir: str = "tts/assets/vocoder_gan"  # committed: latest/ and best/ weights, progress.jsonl
+    checkpoint_dir: str = "training/vocoder_campaign"  # committed: latest/ and best/ weights, progress.jsonl
     codec: str = "tts/assets/mel_codec"
     validation_file: str = "configs/conversational_sentences.txt"  # selection; the bars are judged on other sets
     validation_sentences: int = 16

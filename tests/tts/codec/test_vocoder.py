@@ -283,21 +283,99 @@ def test_istft_training_batches_align_audio_with_frames():
     assert float(anti_wrap(torch.tensor(np.pi - 0.1))) == pytest.approx(np.pi - 0.1)
 
 
-@pytest.mark.parametrize("bf16, capability, chosen", [(True, "AVX512", "universal"), (True, "AVX2", "universal"),
-                                                       (False, "AVX512", "universal"), (False, "AVX2", "fast"),
-                                                       (False, "DEFAULT", "fast")])
-def test_auto_chooses_v1_where_the_cpu_has_avx512_or_bfloat16(monkeypatch, bf16, capability, chosen):
-    """The shipped codec names "auto": HiFi-GAN V1 where it streams live (bfloat16 native, or float32 on AVX-512),
-    else the iSTFT vocoder; a loaded codec reports the vocoder it chose, and a named one is kept as named."""
+FAST_MACHINE = {"universal": (4, 0.030, 0.012, 0.20), "fast": (2, 0.004, 0.002, 0.03)}  # AVX-512 bf16 / AMX-like
+SLOW_MACHINE = {"universal": (4, 0.110, 0.045, 0.55), "fast": (2, 0.008, 0.004, 0.06)}  # AVX2-only, slow cores
+MARGINAL = {"universal": (4, 0.060, 0.020, 0.30), "fast": (2, 0.004, 0.002, 0.03)}  # averages pass, not with headroom
+
+
+class FakeClock:
+    """Each push of n codec frames advances time by the profile's cost: a timer injected into `time_renders`."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeStream:
+    def __init__(self, clock: FakeClock, opening_s: float, frame_s: float, steady_rtf: float, first: int):
+        self.clock, self.pushes = clock, 0
+        self.costs = (opening_s, frame_s, steady_rtf, first)
+
+    def push(self, codes):
+        opening_s, frame_s, steady_rtf, first = self.costs
+        n = codes.shape[1]
+        self.clock.now += opening_s if self.pushes == 0 else frame_s if n == 1 else steady_rtf * n / 21.5
+        self.pushes += 1
+
+
+@pytest.mark.parametrize("machine, step_s, chosen", [(FAST_MACHINE, 0.006, "universal"),
+                                                     (SLOW_MACHINE, 0.012, "fast"),
+                                                     (MARGINAL, 0.009, "fast"),
+                                                     (FAST_MACHINE, 0.030, "fast")])
+def test_auto_chooses_by_timing_the_machine(machine, step_s, chosen):
+    """`auto` times each candidate's renders (here through an injected clock that charges a machine's costs) and
+    picks the most natural one whose estimated first sound and real-time factor, with headroom, meet the bars: a
+    fast machine gets V1, a slow one (or a slow model step) the iSTFT vocoder."""
+    from tts.codec.vocoder_choice import choose, describe, time_renders
+
+    timings = []
+    for name, (held_back, opening_s, frame_s, steady_rtf) in machine.items():
+        clock = FakeClock()
+        first = held_back + 2
+        timing = time_renders(name, lambda: FakeStream(clock, opening_s, frame_s, steady_rtf, first), 8, 21.5,
+                              held_back, clock=clock)
+        assert timing.opening_render_s == pytest.approx(opening_s)
+        assert timing.frame_render_s == pytest.approx(frame_s) and timing.steady_rtf == pytest.approx(steady_rtf)
+        timings.append(timing)
+    picked, verdicts = choose(timings, step_s, 21.5)
+    assert picked == chosen
+    assert [v.vocoder for v in verdicts] == ["universal", "fast"]
+    assert describe(picked, verdicts).startswith(chosen)
+
+
+def test_the_first_sound_estimate_follows_the_engines_opening():
+    """With renders too slow for one opening chunk to outlast the next piece of work, the estimate adds a step
+    and a render per extra frame, as the schedule's opening does (`tts/inference/schedule.py`)."""
+    from tts.codec.vocoder_choice import HEADROOM, VocoderTiming, judge
+
+    quick = judge(VocoderTiming("v", 2, 0.010, 0.005, 0.1), 0.005, 21.5)
+    assert quick.first_sound_ms == pytest.approx(HEADROOM * (4 * 5 + 10), abs=0.1)  # 4 steps, one render
+    slow = judge(VocoderTiming("v", 2, 0.010, 0.045, 0.1), 0.005, 21.5)  # 2 frames of sound (93 ms) < 2 x 50 ms
+    assert slow.first_sound_ms == pytest.approx(HEADROOM * (4 * 5 + 10 + 50), abs=0.1)
+
+
+def test_timings_are_cached_per_machine(tmp_path, monkeypatch):
+    """A later run decides without timing: the cache is read back; a corrupt file is as good as none."""
+    from tts.codec.vocoder_choice import VocoderTiming, cache_path, read_cached, read_cached_step, write_cached
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert read_cached() is None and str(cache_path()).startswith(str(tmp_path))
+    timings = [VocoderTiming("universal", 4, 0.03, 0.01, 0.2), VocoderTiming("fast", 2, 0.004, 0.002, 0.03)]
+    write_cached(timings)
+    assert read_cached() == timings and read_cached_step() is None  # no model step yet: --show-settings waits
+    write_cached(timings, 0.006, 21.5)
+    assert read_cached_step() == (timings, 0.006, 21.5)
+    cache_path().write_text("{not json")
+    assert read_cached() is None
+
+
+def test_a_named_vocoder_is_kept_and_auto_is_the_codecs_to_choose(monkeypatch, tmp_path):
+    """The codec chooses "auto" from cached timings (no timing here), reports the vocoder it chose and why; a
+    vocoder given by name is used as named."""
     import tts.codec.vocoder as vocoders
     from tts.codec.load import load_codec
+    from tts.codec.vocoder_choice import VocoderTiming, write_cached
 
-    monkeypatch.setattr(vocoders, "native_bf16", lambda: bf16)
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    assert vocoders.choose_vocoder("auto") == chosen
-    assert vocoders.resolve_vocoder("auto") == ("universal" if chosen == "universal" else vocoders.FAST_DIR)
-    assert vocoders.choose_vocoder("universal") == "universal" and vocoders.choose_vocoder("runs/v") == "runs/v"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    write_cached([VocoderTiming("universal", 4, 0.2, 0.1, 0.9), VocoderTiming("fast", 2, 0.004, 0.002, 0.03)])
     codec = load_codec()
-    assert codec.config.vocoder == chosen
-    codec.use_vocoder("fast" if chosen == "universal" else "universal")
-    assert codec.config.vocoder != chosen
+    assert codec.config.vocoder == "auto"  # not chosen until it voices something
+    codec.use_vocoder("auto", step_s=0.006)
+    assert codec.config.vocoder == "fast" and codec.auto_choice.startswith("fast")
+    codec.use_vocoder("universal")
+    assert codec.config.vocoder == "universal"
+    assert vocoders.resolve_vocoder("fast") == vocoders.FAST_DIR
+    with pytest.raises(ValueError):
+        vocoders.resolve_vocoder("auto")
