@@ -12,26 +12,11 @@ from rich.markup import escape
 
 from agent.bench import cli as bench_cli
 from agent.serve import cli as serve_cli
-from agent.settings import add_settings_arguments
+from agent.settings import SettingsShown, add_settings_arguments, settings_for
 from audio_io.errors import UserError
 from tts.cli import err, notice, progress_bar
 from tts.eval import cli as eval_cli
 from tts.training import cli as training_cli
-
-
-def settings_for(command: str, args: argparse.Namespace):
-    """The command's settings (`agent/settings.py`); with `--show-settings` they are printed and the command ends."""
-    from agent.settings import auto_vocoder_note, resolve, show
-
-    resolved = resolve(command, args)
-    if getattr(args, "show_settings", False):
-        print(show(resolved, auto_vocoder_note(resolved.settings)))
-        raise SettingsShown
-    return resolved.settings
-
-
-class SettingsShown(Exception):
-    """`--show-settings` printed them: the command stops there, successfully."""
 
 
 def _chat(args: argparse.Namespace) -> int:

@@ -58,8 +58,9 @@ class AgentConfig:
 
 class Agent:
     def __init__(self, llm: LLMBackend, bundles: dict[str, TTSBundle], sink: Sink,
-                 config: AgentConfig | None = None, on_piece: Callable[[str], None] | None = None):
+                 config: AgentConfig | None = None, on_piece: Callable[[str], None] | None = None, worker=None):
         self.llm = llm
+        self.worker = worker  # a server's `StreamWorker`: the turns' synthesis runs there among other sessions
         self.bundles = bundles  # tts mode -> bundle
         self.sink = sink
         self.config = config or AgentConfig()
@@ -103,7 +104,7 @@ class Agent:
             record.user_speech_start, record.user_speech_end = heard.speech_start_ns, heard.speech_end_ns
             record.transcript_ready = heard.transcript_ready_ns
         synth = StreamingSynthesizer(self.bundles[mode], mode, self.config.synthesis, self.config.emit_every,
-                                     max_stretch=self.config.max_stretch)
+                                     max_stretch=self.config.max_stretch, worker=self.worker)
         speech = Speech(synth, self.sink)
         pieces: asyncio.Queue = asyncio.Queue()
         reply: list[str] = []

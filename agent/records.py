@@ -1,4 +1,4 @@
-"""One latency record per turn (`docs/design.md`, section 2), JSONL on disk and a one-line timeline in the terminal."""
+"""One latency record per turn (`docs/architecture.md`, section 2), JSONL on disk and a one-line timeline in the terminal."""
 from __future__ import annotations
 
 import json

@@ -244,3 +244,15 @@ def auto_vocoder_note(settings: AgentSettings) -> str | None:
     chosen, verdicts = choose(timings, step_s, frame_rate)
     return describe(chosen, verdicts)
 
+
+def settings_for(command: str, args: argparse.Namespace):
+    """The command's settings (`agent/settings.py`); with `--show-settings` they are printed and the command ends."""
+    resolved = resolve(command, args)
+    if getattr(args, "show_settings", False):
+        print(show(resolved, auto_vocoder_note(resolved.settings)))
+        raise SettingsShown
+    return resolved.settings
+
+
+class SettingsShown(Exception):
+    """`--show-settings` printed them: the command stops there, successfully."""

@@ -47,3 +47,9 @@ def test_runtime_assets_are_only_what_the_program_loads():
     assets = [name for name in tracked_files() if name.startswith("tts/assets/")]
     strays = [name for name in assets if not any(fnmatch.fnmatch(name, p) for p in RUNTIME_ASSETS)]
     assert strays == [], "training state belongs under training/, not in the runtime package"
+
+
+def test_the_readme_fits_a_screen_or_two():
+    lines = (REPO_ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 120
+    assert [n for n, line in enumerate(lines, 1) if len(line) > 200] == []

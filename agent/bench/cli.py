@@ -16,7 +16,7 @@ from tts.cli import err, print_result, progress_bar
 def _bench_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from agent.cli import settings_for
+    from agent.settings import settings_for
 
     from agent.bench.serve import bench_serve
     from agent.chat import load_bundles
@@ -56,7 +56,7 @@ def _bench_voice(args: argparse.Namespace) -> int:
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT
     from agent.bench.voice import bench_voice
     from agent.chat import load_bundles
-    from agent.cli import settings_for
+    from agent.settings import settings_for
     from llm.replay import ReplayScript
 
     settings = settings_for("bench voice", args)
@@ -75,7 +75,7 @@ def _bench_e2e(args: argparse.Namespace) -> int:
 
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT, bench_e2e
     from agent.chat import live_llm, load_bundles
-    from agent.cli import settings_for
+    from agent.settings import settings_for
     from agent.orchestrator import AgentConfig
     from llm.replay import ReplayScript
 

@@ -12,7 +12,7 @@ def _serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from agent.chat import LLMChoice, load_bundles
-    from agent.cli import settings_for
+    from agent.settings import settings_for
     from agent.orchestrator import AgentConfig
     from agent.serve.server import ServeConfig, create_app
 

@@ -109,10 +109,8 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
     config = config or ServeConfig()
     sessions = asyncio.Semaphore(config.max_sessions) if config.max_sessions > 0 else None
     app = web.Application(client_max_size=64 * 1024, middlewares=[_auth(config.token)] if config.token else [])
-    worker = StreamWorker(config.worker_threads) if config.batch_decode else None  # one for every voice: two
-    # threads of their own would fight over the cores
-    for bundle in set(bundles.values()):
-        bundle.stream_worker = worker
+    worker = StreamWorker(config.worker_threads) if config.batch_decode else None  # one for every voice and
+    # session, passed to each synthesizer: two threads of their own would fight over the cores
 
     async def worker_threads(app: web.Application) -> None:
         # each live session runs its engine's work on a thread of its own: the default pool (cores + 4) would
@@ -135,7 +133,6 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         """A model voiced by another vocoder, made on first request (the model's weights shared)."""
         if (model, vocoder) not in revoiced:
             revoiced[model, vocoder] = bundles[model].with_vocoder(vocoder)
-            revoiced[model, vocoder].stream_worker = bundles[model].stream_worker
         return revoiced[model, vocoder]
 
     async def health(request: web.Request) -> web.Response:
@@ -175,7 +172,7 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
             active["n"] += 1
             try:
                 bundle = bundles[model] if vocoder == "default" else voiced(model, vocoder)
-                return await _stream(request, bundle, model, words, response_format, config.turn.synthesis)
+                return await _stream(request, bundle, model, words, response_format, config.turn.synthesis, worker)
             finally:
                 active["n"] -= 1
 
@@ -189,7 +186,7 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         async with sessions:
             active["n"] += 1
             try:
-                await _converse(ws, bundles, llm_factory, config)
+                await _converse(ws, bundles, llm_factory, config, worker)
             finally:
                 active["n"] -= 1
         return ws
@@ -205,10 +202,11 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
 
 
 async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: list[str], response_format: str,
-                  synthesis: SynthesisConfig):
+                  synthesis: SynthesisConfig, worker: StreamWorker | None):
     rate = bundle.codec.sample_rate
     sink = QueueSink(rate)
-    synth = StreamingSynthesizer(bundle, "s5" if model == "s5" else "t5", replace(synthesis, seed=0), max_stretch=1.0)
+    synth = StreamingSynthesizer(bundle, "s5" if model == "s5" else "t5", replace(synthesis, seed=0), max_stretch=1.0,
+                                 worker=worker)
     speaking = asyncio.create_task(Speech(synth, sink).run(words))
     # a synthesis that fails ends the stream too (the writer below must not wait for audio that never comes)
     speaking.add_done_callback(lambda task: task.cancelled() or task.exception() is None or sink.queue.put_nowait(None))
@@ -227,12 +225,14 @@ async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: li
     return response
 
 
-async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], llm_factory, config: ServeConfig) -> None:
+async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], llm_factory, config: ServeConfig,
+                    worker: StreamWorker | None) -> None:
     """One conversation: turns run one at a time; a new user line or an interrupt stops the one speaking."""
     tts = {"s5": bundles["s5"], "t5": bundles.get("t5", bundles["s5"]), "sentence": bundles.get("t5", bundles["s5"])}
     rate = bundles["s5"].codec.sample_rate
     llm = llm_factory()
     agent = Agent(llm, tts, SocketSink(rate, ws), replace(config.turn, synthesis=replace(config.turn.synthesis, seed=0)),
+                  worker=worker,
                   on_piece=lambda text: asyncio.ensure_future(ws.send_json({"type": "text", "text": text})))
     await ws.send_json({"type": "ready", "sample_rate": rate, "modes": list(MODES), "microphone_rate": CAPTURE_RATE})
     turn: asyncio.Task | None = None

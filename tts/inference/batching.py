@@ -54,7 +54,11 @@ class BatchStats:
 
 
 class StreamWorker:
-    """Shared by every utterance of a server's voices (`TTSBundle.stream_worker`); thread-safe."""
+    """Shared by every utterance of a server's voices (passed to each `StreamingSynthesizer`); thread-safe.
+
+    Threads: `submit`, `join`, `leave` and `close` are called from the event loop; `live_streams` and the
+    submitted calls are written under `_cond`; everything else (the running calls, their schedules while they run)
+    belongs to the worker thread (`_run`)."""
 
     def __init__(self, torch_threads: int = 2):
         self.torch_threads = torch_threads

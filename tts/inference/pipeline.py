@@ -169,12 +169,12 @@ async def speak(
     bundle: TTSBundle, words: list[str], mode: str = "s5", words_per_second: float = 0.0,
     config: SynthesisConfig | None = None, sink: Sink | None = None, emit_every: int | None = None,
     prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH, keep_chunks: bool = True,
-    traced_units: list | None = None,
+    traced_units: list | None = None, worker=None,
 ) -> SpeechResult:
     """`words` (already normalised) at a rate through a fresh synthesizer into `sink` (default: an unpaced clock
     sink, which times playback in real time without waiting for it). With `config.trace_attention`, the synthesis
     units (and their attention traces) are appended to `traced_units`."""
-    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt, max_stretch)
+    synth = StreamingSynthesizer(bundle, mode, config, emit_every, prompt, max_stretch, worker=worker)
     sink = sink if sink is not None else ClockSink(bundle.codec.sample_rate, pace=False)
     result = await Speech(synth, sink, keep_chunks).run(at_rate(words, words_per_second))
     if traced_units is not None:

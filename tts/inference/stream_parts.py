@@ -1,6 +1,9 @@
 """The parts of a streaming utterance besides its schedule (`tts/inference/schedule.py`): the synthesis-unit rule,
 the inbox the driver fills with words, the timing record, the chunk that leaves, the pacer and the trim of the
-leading silence. All per utterance; no thread of their own (the inbox is safe to fill from another)."""
+leading silence. All per utterance; no thread of their own (the inbox is safe to fill from another).
+
+Where a synthesis unit ends is decided once, as a word enters the inbox (`Inbox.put_word` -> `UnitCutter`): the
+driver reads it to stamp when synthesis may start, the schedule's policies to open and close units."""
 from __future__ import annotations
 
 import re
@@ -14,41 +17,51 @@ import numpy as np
 import torch
 
 from audio_io.levels import AUDIBLE_DBFS, WINDOW_S, audible_onset
+from tts.inference.tuning import TUNING, StreamTuning
 
 MODES = ("s5", "t5", "sentence")
 SEGMENT_BREAK = "\u2029"  # in a word stream: the text pauses here (`push_break`), e.g. where a skipped code block opens
 SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 CLAUSE_END = re.compile(r"[,;:\u2014\u2013][\"')\]]*$")
-CLAUSE_UNIT_WORDS = 16  # a sentence this long is cut at its next clause end (comma, semicolon, colon, dash)...
-MAX_UNIT_WORDS = 30  # ...and any run of this many words without one (the longest training sentences have 30)
 
 
-def ends_unit(words_in_unit: int, word: str) -> bool:
+def ends_unit(words_in_unit: int, word: str, tuning: StreamTuning = TUNING) -> bool:
     """Does a synthesis unit end after `word`, its `words_in_unit`-th word? At a sentence end; at a clause end
-    once the unit is long; at `MAX_UNIT_WORDS` whatever the word."""
-    return (bool(SENTENCE_END.search(word)) or words_in_unit >= MAX_UNIT_WORDS
-            or (words_in_unit >= CLAUSE_UNIT_WORDS and bool(CLAUSE_END.search(word))))
+    once the unit is long; at `max_unit_words` whatever the word."""
+    return (bool(SENTENCE_END.search(word)) or words_in_unit >= tuning.max_unit_words
+            or (words_in_unit >= tuning.clause_unit_words and bool(CLAUSE_END.search(word))))
+
+
+class UnitCutter:
+    """Counts the words of the unit being filled and says where it ends (a `SEGMENT_BREAK` ends it too)."""
+
+    def __init__(self, tuning: StreamTuning = TUNING):
+        self.tuning = tuning
+        self.words = 0
+
+    def cut(self, word: str) -> bool:
+        """Does the unit end after this word (or break)?"""
+        if word == SEGMENT_BREAK:
+            self.words = 0
+            return True
+        self.words += 1
+        if ends_unit(self.words, word, self.tuning):
+            self.words = 0
+            return True
+        return False
 
 
 def split_units(words: list[str]) -> list[list[str]]:
-    """Words known in advance (full context) -> the same units `ends_unit` cuts from a stream."""
-    units: list[list[str]] = [[]]
+    """Words known in advance -> the units a stream of them is cut into."""
+    cutter, units = UnitCutter(), [[]]
     for word in words:
         units[-1].append(word)
-        if ends_unit(len(units[-1]), word):
+        if cutter.cut(word):
             units.append([])
     return [u for u in units if u]
 
 
-DEFAULT_MAX_STRETCH = 1.3  # slowest pacing: 3.6 words/s (this voice) down to 2.8 (still a normal speaking rate)
-SLOW_TEXT_S = 0.2  # seconds per word: only text slower than this (5 words/s) is paced
-SLOW_WORD_TOKENS = 4.5  # a slow LLM's text is paced as if every word took this many tokens: one word of many tokens
-# (a price, a time, a run of markup) then finds speech buffered (measured: 3-4 gaps of 70-370 ms per reply at 10 and
-# 15 tokens/s when only words were timed)
-PREBUFFER_WORDS = 3.0  # the prebuffer, in text time: covers a run of short words...
-PREBUFFER_TOKENS = 8  # ...or, for a slow LLM, one word of many tokens ("$738.67," is seven)
-MAX_PREBUFFER_S = 1.0
-FADE_IN_S = 0.001  # the first sound after the dropped leading silence fades in over this
+DEFAULT_MAX_STRETCH = TUNING.max_stretch  # the pacing limit a caller gets unless it says otherwise
 
 
 def mean_interval_ns(times_ns: list[int]) -> int | None:
@@ -118,7 +131,7 @@ class Pacer:
     """Per utterance: keeps a virtual player's clock (when the audio emitted so far will have played out) and
     picks a stretch for each new chunk so that it lasts until the engine can emit again."""
 
-    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = 0.35):
+    def __init__(self, max_stretch: float = DEFAULT_MAX_STRETCH, margin_s: float = TUNING.pacing_margin_s):
         self.max_stretch = max(1.0, max_stretch)
         self.margin_ns = round(margin_s * 1e9)  # reserve: the next word's compute, jitter, a short word next
         self.play_end_ns: int | None = None
@@ -126,23 +139,23 @@ class Pacer:
     @staticmethod
     def paces(text_interval_ns: int | None) -> bool:
         """Is text arriving one word every text_interval_ns slow enough to pace (slower than 5 words/s)?"""
-        return text_interval_ns is not None and text_interval_ns > SLOW_TEXT_S * 1e9
+        return text_interval_ns is not None and text_interval_ns > TUNING.slow_text_s * 1e9
 
     @staticmethod
     def pace_interval_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int | None:
-        """The text's pace per word: the time between words, or `SLOW_WORD_TOKENS` tokens' time where longer."""
+        """The text's pace per word: the time between words, or `slow_word_tokens` tokens' time where longer."""
         if word_interval_ns is None or not token_interval_ns:
             return word_interval_ns
-        return max(word_interval_ns, SLOW_WORD_TOKENS * token_interval_ns)
+        return max(word_interval_ns, TUNING.slow_word_tokens * token_interval_ns)
 
     @staticmethod
     def prebuffer_ns(word_interval_ns: int | None, token_interval_ns: int | None = None) -> int:
         """How long the player should hold the first chunk for paced text: three words' time, or
-        `PREBUFFER_TOKENS` of a slow LLM's tokens where that is longer."""
+        `prebuffer_tokens` of a slow LLM's tokens where that is longer."""
         if not Pacer.paces(Pacer.pace_interval_ns(word_interval_ns, token_interval_ns)):
             return 0
-        hold = max(PREBUFFER_WORDS * word_interval_ns, PREBUFFER_TOKENS * (token_interval_ns or 0))
-        return round(min(MAX_PREBUFFER_S * 1e9, hold))
+        hold = max(TUNING.prebuffer_words * word_interval_ns, TUNING.prebuffer_tokens * (token_interval_ns or 0))
+        return round(min(TUNING.max_prebuffer_s * 1e9, hold))
 
     def stretch(self, now_ns: int, chunk_s: float, wait_ns: int | None) -> float:
         """chunk_s: the new chunk's duration unstretched; wait_ns: how long until the words the engine needs next
@@ -164,7 +177,7 @@ class LeadingSilence:
     def __init__(self, sample_rate: int):
         self.sample_rate = sample_rate
         self.window = round(WINDOW_S * sample_rate)
-        self.fade = round(FADE_IN_S * sample_rate)
+        self.fade = round(TUNING.fade_in_s * sample_rate)
         self.held = np.zeros(0, np.float32)
         self.done = False
 
@@ -183,25 +196,30 @@ class LeadingSilence:
 
 
 class Inbox:
-    """The words and token stamps the driver received and the schedule has not taken yet. Thread-safe: the driver
-    writes from the event loop, the schedule reads on its worker."""
+    """The words and token stamps the driver received and the schedule has not taken yet, each word with whether
+    it ends a synthesis unit. Thread-safe: the event loop writes (`put_word`, `put_token`, `end`, and `closed` on a
+    cancel), the schedule reads on its worker thread; `ended` and `closed` only ever go from False to True."""
 
-    def __init__(self, times: UtteranceTimes, clock: Callable[[], int] = time.perf_counter_ns):
+    def __init__(self, times: UtteranceTimes, clock: Callable[[], int] = time.perf_counter_ns,
+                 tuning: StreamTuning = TUNING):
         self.times = times
         self.clock = clock
         self._lock = threading.Lock()
-        self._words: deque[str] = deque()
+        self._words: deque[tuple[str, bool]] = deque()  # (word or SEGMENT_BREAK, ends its unit)
+        self._cutter = UnitCutter(tuning)
         self._token_arrivals_ns: deque[int] = deque(maxlen=8)  # the LLM's last tokens, when the caller notes them
         self.ended = False
         self.closed = False  # cancelled: the schedule stops at its next unit
 
-    def put_word(self, word: str) -> int:
+    def put_word(self, word: str) -> tuple[int, bool]:
+        """(arrival time, whether the word ends its synthesis unit)."""
         now = self.clock()
         with self._lock:
-            self._words.append(word)
+            ends = self._cutter.cut(word)
+            self._words.append((word, ends))
             if word != SEGMENT_BREAK:
                 self.times.word_arrivals_ns.append(now)
-        return now
+        return now, ends
 
     def put_token(self, t_ns: int) -> None:
         with self._lock:
@@ -210,8 +228,8 @@ class Inbox:
     def end(self) -> None:
         self.ended = True
 
-    def take(self) -> tuple[list[str], bool]:
-        """Everything waiting, and whether the text has ended (read together)."""
+    def take(self) -> tuple[list[tuple[str, bool]], bool]:
+        """Everything waiting as (word, ends its unit), and whether the text has ended (read together)."""
         with self._lock:
             words = list(self._words)
             self._words.clear()

@@ -4,8 +4,12 @@ may speak. One `StreamingSynthesizer` per utterance (nothing survives a request)
 Call `push_word` / `push_break` / `end` from the event loop and iterate `chunks()` for `AudioChunk`s. What the model
 does and when audio may leave is the schedule's (`tts/inference/schedule.py`: modes, synthesis units, pacing, the
 opening); this driver only feeds it the words and runs its units one at a time on a worker thread, so the event
-loop stays free and cancellation takes effect within one unit. Where the voice has a `StreamWorker` (a server of
-many streams: `tts/inference/batching.py`) the units run there, among every other stream's, steps batched.
+loop stays free and cancellation takes effect within one unit. Given a `StreamWorker` (a server of many streams:
+`tts/inference/batching.py`) the units run there, among every other stream's, steps batched.
+
+Threads: the event loop owns the synthesizer (push_word, end, chunks, aclose); a unit runs on a worker thread
+(a pool thread, or the `StreamWorker`'s) and owns the schedule while it runs; they meet at the `Inbox` (words in)
+and the unit's future (a chunk out). See `tts/inference/schedule.py`.
 """
 from __future__ import annotations
 
@@ -14,17 +18,12 @@ import gc
 import os
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 import torch
 
 from audio_io.errors import UserError
-from tts.inference.schedule import (  # noqa: F401  (re-exported: the engine's public names)
-    MAX_OPENING_HOLD_S,
-    OPENING_FRAMES_PAST_HOLDBACK,
-    StreamSchedule,
-    default_emit_every,
-)
+from tts.inference.schedule import StreamSchedule, default_emit_every
 from tts.inference.stream_parts import (  # noqa: F401  (re-exported: the engine's public names)
     DEFAULT_MAX_STRETCH,
     MODES,
@@ -34,10 +33,12 @@ from tts.inference.stream_parts import (  # noqa: F401  (re-exported: the engine
     LeadingSilence,
     Pacer,
     UtteranceTimes,
-    ends_unit,
 )
 from tts.inference.synthesis import SynthesisConfig, TTSBundle, VoicePrompt
 from tts.paths import ASSETS
+
+if TYPE_CHECKING:  # annotations only: batching imports the schedule this module drives
+    from tts.inference.batching import StreamWorker
 
 MODELS_DIR = ASSETS / "models"
 WORKER_TORCH_THREADS = 1  # measured (2 cores): a decoder step 9.2 -> 6.5 ms, a 3-frame render 24 -> 19 ms in a
@@ -84,8 +85,12 @@ def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path 
 
 
 class StreamingSynthesizer:
+    """One utterance, driven from the event loop. `worker`: the driver of many streams to run on (None: a worker
+    thread of the event loop's pool runs each unit)."""
+
     def __init__(self, bundle: TTSBundle, mode: str = "s5", config: SynthesisConfig | None = None, emit_every: int | None = None,
-                 prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH):
+                 prompt: VoicePrompt | None = None, max_stretch: float = DEFAULT_MAX_STRETCH,
+                 worker: "StreamWorker | None" = None):
         if mode not in MODES:
             raise UserError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
         k = bundle.model.config.lookahead_words
@@ -99,12 +104,12 @@ class StreamingSynthesizer:
         self.sample_rate = bundle.codec.sample_rate
         self.times = UtteranceTimes()
         self.inbox = Inbox(self.times)
-        self._worker = bundle.stream_worker  # many streams share one worker: counted while this one lives
-        if self._worker is not None:
-            self._worker.join()
-        self.schedule = StreamSchedule(bundle, mode, self.config, self.emit_every, self.inbox, prompt, max_stretch)
+        self._worker = worker  # many streams share one worker: counted while this one lives
+        if worker is not None:
+            worker.join()
+        self.schedule = StreamSchedule(bundle, mode, self.config, self.emit_every, self.inbox, prompt, max_stretch,
+                                       shared=worker)
         self._wake = asyncio.Event()
-        self._unit_words = 0  # words of the synthesis unit the text is in (when synthesis may start)
         self._unit: asyncio.Future | None = None  # the worker unit in flight
 
     # ---- input (event loop thread) ----------------------------------------------------------------------
@@ -115,16 +120,12 @@ class StreamingSynthesizer:
     def push_word(self, word: str) -> None:
         if self.inbox.ended:
             raise RuntimeError("push_word after end()")
-        now = self.inbox.put_word(word)
-        self._unit_words += 1
-        unit_ended = ends_unit(self._unit_words, word)
+        now, unit_ended = self.inbox.put_word(word)
         if self.times.start_allowed_ns is None and (
             (self.mode == "s5" and (len(self.times.word_arrivals_ns) == self.k + 1 or unit_ended))
             or (self.mode == "sentence" and unit_ended)
         ):
             self.times.start_allowed_ns = now
-        if unit_ended:
-            self._unit_words = 0
         self._wake.set()
 
     def push_break(self) -> None:
@@ -135,7 +136,6 @@ class StreamingSynthesizer:
         if self.mode == "t5":
             return
         self.inbox.put_word(SEGMENT_BREAK)
-        self._unit_words = 0
         if self.times.start_allowed_ns is None and self.times.word_arrivals_ns:
             self.times.start_allowed_ns = time.perf_counter_ns()
         self._wake.set()

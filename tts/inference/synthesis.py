@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -29,8 +29,6 @@ from tts.model.incremental import DecoderState, IncrementalEncoder, StepOutput, 
 from tts.model.s5tts import S5TTS
 from tts.model.sampling import mask_special_codes, sample_codes
 
-if TYPE_CHECKING:
-    from tts.inference.batching import StreamWorker
 
 MAX_WORD_SECONDS = 2.5  # the longest a single word may last (a runaway guard, whatever the codec's frame rate)
 
@@ -117,8 +115,6 @@ class TTSBundle:
         self.symbols = symbols
         self.codec = codec
         self.g2p = g2p or G2P(symbols=symbols)
-        # set by a driver of many streams (`tts/inference/batching.py`): their work runs there, steps batched
-        self.stream_worker: "StreamWorker | None" = None
         if model.config.codebook_size != codec.codebook_size or model.config.num_codebooks != codec.num_codebooks:
             raise UserError("model and codec disagree on codebooks")
 

@@ -83,11 +83,3 @@ def step_words_from_path(path: torch.Tensor, word_ids: torch.Tensor) -> torch.Te
     -> (B, S), 0 on padding frames."""
     words = word_ids.gather(1, path.clamp(min=0))
     return torch.where(path >= 0, words, torch.zeros_like(words))
-
-
-def durations_from_path(path: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """Frames per token. path: (B, S) -> (B, num_tokens)"""
-    durations = torch.zeros(path.shape[0], num_tokens + 1, dtype=torch.long, device=path.device)
-    index = torch.where(path >= 0, path, torch.full_like(path, num_tokens))
-    durations.scatter_add_(1, index, torch.ones_like(index))
-    return durations[:, :num_tokens]

@@ -52,11 +52,6 @@ class IncrementalEncoder:
         self.top_k, self.top_v = empty_kv, empty_kv
         self.unread: list[SlotUpdate] = []  # slot groups not yet handed to the decoder
 
-    @property
-    def num_words(self) -> int:
-        """Words pushed so far (not counting the EOS word that end() adds)."""
-        return len(self.word_starts) - int(self.ended and bool(self.word_starts))
-
     @torch.inference_mode()
     def push_word(self, token_ids: list[int]) -> None:
         """Add the phoneme ids of the next word (its punctuation included)."""

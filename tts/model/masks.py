@@ -1,4 +1,4 @@
-"""Lookahead-causal masks as pure functions (`docs/design.md`, section 3).
+"""Lookahead-causal masks as pure functions (`docs/architecture.md`, section 3).
 
 Conventions: word ids are 1-based, 0 marks padding; a mask is a bool tensor where True means "may attend".
 `k=None` is full context (T5-TTS).

@@ -1,4 +1,4 @@
-"""`s5 distill`: interleaved multi-source distillation (IMSD, `docs/design.md` section 4) of a full-context T5-TTS
+"""`s5 distill`: interleaved multi-source distillation (IMSD, `docs/architecture.md` section 4) of a full-context T5-TTS
 teacher into an S5-TTS student.
 
 - D_audio: the paired corpus; the teacher's soft labels come from a teacher-forced pass over the same batch.

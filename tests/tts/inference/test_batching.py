@@ -48,8 +48,8 @@ def speak_alone(bundle) -> list[torch.Tensor]:
             for i, t in enumerate(TEXTS)]
 
 
-async def _speak_together(bundle, starts_s: list[float], cancel_after: int | None = None):
-    """Each text in its own stream, joining at its start time, all on the bundle's worker."""
+async def _speak_together(bundle, worker, starts_s: list[float], cancel_after: int | None = None):
+    """Each text in its own stream, joining at its start time, all on `worker`."""
     async def one(i: int):
         await asyncio.sleep(starts_s[i])
         if cancel_after is not None and i == 1:
@@ -64,7 +64,8 @@ async def _speak_together(bundle, starts_s: list[float], cancel_after: int | Non
                     break
             await synth.aclose()
             return chunks
-        return (await speak(bundle, TEXTS[i].split(), "s5", config=config(i), max_stretch=1.0)).chunks
+        return (await speak(bundle, TEXTS[i].split(), "s5", config=config(i), max_stretch=1.0,
+                            worker=worker)).chunks
 
     return await asyncio.gather(*(one(i) for i in range(len(TEXTS))))
 
@@ -72,38 +73,38 @@ async def _speak_together(bundle, starts_s: list[float], cancel_after: int | Non
 def test_streams_batched_speak_what_they_speak_alone(tiny_bundle):
     alone = speak_alone(tiny_bundle(2))
     bundle = tiny_bundle(2)
-    bundle.stream_worker = StreamWorker()
-    together = asyncio.run(_speak_together(bundle, [0.0, 0.01, 0.05]))  # joining at different times
+    worker = StreamWorker()
+    together = asyncio.run(_speak_together(bundle, worker, [0.0, 0.01, 0.05]))  # joining at different times
     for a, t in zip(alone, together):
         assert torch.equal(a, codes_of(t))
-    stats = bundle.stream_worker.stats
+    stats = worker.stats
     assert stats.largest == 3 and stats.steps > stats.batches  # steps really ran together
-    assert bundle.stream_worker.live_streams == 0  # every stream left when it was released
+    assert worker.live_streams == 0  # every stream left when it was released
 
 
 def test_a_stream_alone_opens_eagerly_and_one_among_others_saves_the_renders(tiny_bundle):
     """The opening's frame-by-frame renders buy latency with CPU: a stream takes them only when no other stream
     of the worker is live."""
     bundle = tiny_bundle(2)
-    bundle.stream_worker = StreamWorker()
-    first = StreamingSynthesizer(bundle, "s5", config(0))
-    second = StreamingSynthesizer(bundle, "s5", config(1))
+    worker = StreamWorker()
+    first = StreamingSynthesizer(bundle, "s5", config(0), worker=worker)
+    second = StreamingSynthesizer(bundle, "s5", config(1), worker=worker)
     assert first.schedule.eager_opening and not second.schedule.eager_opening
     asyncio.run(first.aclose())
     asyncio.run(second.aclose())
-    assert bundle.stream_worker.live_streams == 0
-    assert StreamingSynthesizer(bundle, "s5", config(2)).schedule.eager_opening
+    assert worker.live_streams == 0
+    assert StreamingSynthesizer(bundle, "s5", config(2), worker=worker).schedule.eager_opening
 
 
 def test_a_stream_cancelled_mid_batch_leaves_the_others_intact(tiny_bundle):
     alone = speak_alone(tiny_bundle(2))
     bundle = tiny_bundle(2)
-    bundle.stream_worker = StreamWorker()
-    together = asyncio.run(_speak_together(bundle, [0.0, 0.0, 0.0], cancel_after=2))
+    worker = StreamWorker()
+    together = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0], cancel_after=2))
     assert torch.equal(alone[0], codes_of(together[0])) and torch.equal(alone[2], codes_of(together[2]))
     cancelled = codes_of(together[1])
     assert cancelled.shape[1] < alone[1].shape[1] and torch.equal(cancelled, alone[1][:, : cancelled.shape[1]])
-    assert bundle.stream_worker.live_streams == 0 and not bundle.stream_worker._submitted  # nothing left waiting
+    assert worker.live_streams == 0 and not worker._submitted  # nothing left waiting
 
 
 def test_a_stream_whose_work_fails_fails_alone(tiny_bundle, monkeypatch):
@@ -113,23 +114,23 @@ def test_a_stream_whose_work_fails_fails_alone(tiny_bundle, monkeypatch):
 
     alone = speak_alone(tiny_bundle(2))
     bundle = tiny_bundle(2)
-    bundle.stream_worker = StreamWorker()
-    render = StreamSchedule._render
+    worker = StreamWorker()
+    render = StreamSchedule.render
 
     def failing_render(self, unit):
         if self.config.seed == 1:
             raise RuntimeError("render failed")
         render(self, unit)
 
-    monkeypatch.setattr(StreamSchedule, "_render", failing_render)
+    monkeypatch.setattr(StreamSchedule, "render", failing_render)
 
     async def together():
-        return await asyncio.gather(*(speak(bundle, t.split(), "s5", config=config(i), max_stretch=1.0)
+        return await asyncio.gather(*(speak(bundle, t.split(), "s5", config=config(i), max_stretch=1.0, worker=worker)
                                       for i, t in enumerate(TEXTS)), return_exceptions=True)
 
     results = asyncio.run(together())
     assert isinstance(results[1], RuntimeError)
     assert torch.equal(alone[0], codes_of(results[0].chunks)) and torch.equal(alone[2], codes_of(results[2].chunks))
-    monkeypatch.setattr(StreamSchedule, "_render", render)
+    monkeypatch.setattr(StreamSchedule, "render", render)
     assert torch.equal(alone[1], codes_of(asyncio.run(speak(bundle, TEXTS[1].split(), "s5", config=config(1),
-                                                            max_stretch=1.0)).chunks))
+                                                            max_stretch=1.0, worker=worker)).chunks))

@@ -3,16 +3,12 @@ Synthesis units: where a reply is cut, and that each unit runs with fresh state.
 import pytest
 import torch
 
-from tts.inference.schedule import SHARED_FIRST_CHUNK_S, StreamSchedule
-from tts.inference.stream_parts import (
-    CLAUSE_UNIT_WORDS,
-    MAX_UNIT_WORDS,
-    Inbox,
-    UtteranceTimes,
-    ends_unit,
-    split_units,
-)
+from tts.inference.schedule import StreamSchedule
+from tts.inference.stream_parts import Inbox, UtteranceTimes, ends_unit, split_units
 from tts.inference.synthesis import SynthesisConfig
+from tts.inference.tuning import TUNING
+
+CLAUSE_UNIT_WORDS, MAX_UNIT_WORDS = TUNING.clause_unit_words, TUNING.max_unit_words
 
 LONG_SENTENCE = ("When the weather turns cold the pump runs backwards, pulling warmth out of the outdoor air, "
                  "which still holds some heat even below freezing, and pushing it into the house through the "
@@ -53,7 +49,7 @@ def drive(schedule: StreamSchedule, limit: int = 10_000, waits: list | None = No
         if state == "wait" and isinstance(schedule.clock, TickClock):
             schedule.clock.now = schedule.resume_at_ns
             if waits is not None:
-                waits.append(schedule._ahead_s())
+                waits.append(schedule.ahead_s())
             continue
         if state in ("done", "idle", "wait"):
             return chunks
@@ -107,20 +103,20 @@ def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_
 
 def test_among_other_streams_words_are_rendered_together_once_the_player_is_well_supplied(tiny_bundle):
     """With another stream live on the batcher, a stream spends fewer, larger renders: no frame-by-frame opening,
-    a first chunk of at least SHARED_FIRST_CHUNK_S, and, once more than SHARED_AHEAD_S of sound is ahead of the
+    a first chunk of at least `shared_first_chunk_s`, and, once more than `shared_ahead_s` of sound is ahead of the
     player, several words per render. The codes are the same as alone: only the rendering is grouped."""
     from tts.inference.batching import StreamWorker
-    from tts.inference.schedule import SHARED_FIRST_CHUNK_S, SHARED_LEAD_S
 
     words = ("The pump moves warmth from the cold air outside into the warm house and back again in summer when "
              "the days are long").split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words))
     bundle = tiny_bundle(2)
-    bundle.stream_worker = StreamWorker()
-    bundle.stream_worker.join()  # another stream is live...
-    bundle.stream_worker.join()  # ...beside this one (its driver would join it)
+    worker = StreamWorker()
+    worker.join()  # another stream is live...
+    worker.join()  # ...beside this one (its driver would join it)
     inbox = Inbox(UtteranceTimes(), clock=TickClock())
-    shared = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
+    shared = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0,
+                            shared=worker)
     for word in words:
         inbox.put_word(word)
     inbox.end()
@@ -128,8 +124,8 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     together = drive(shared, waits=waits)
     assert not shared.eager_opening
     # far ahead of its player, it let the others go first, and went on once SHARED_LEAD_S was ahead
-    assert waits and all(abs(ahead - SHARED_LEAD_S) < 1e-3 for ahead in waits)
-    assert len(together[0].samples) / bundle.codec.sample_rate >= SHARED_FIRST_CHUNK_S
+    assert waits and all(abs(ahead - TUNING.shared_lead_s) < 1e-3 for ahead in waits)
+    assert len(together[0].samples) / bundle.codec.sample_rate >= TUNING.shared_first_chunk_s
     assert len(together) < len(alone) and max(len(c.words) for c in together[1:]) > 1
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
     assert torch.equal(*codes)
@@ -180,7 +176,7 @@ def test_alone_a_vocoder_with_costly_renders_opens_eagerly_and_never_leaves_the_
             sent.append((clock.now, len(chunk.samples) / costly.codec.sample_rate))
         if state == "done":
             break
-    assert len(sent) > 3 and sent[0][1] < SHARED_FIRST_CHUNK_S
+    assert len(sent) > 3 and sent[0][1] < TUNING.shared_first_chunk_s
     first_ns, played_s = sent[0][0], 0.0
     for when_ns, seconds in sent:
         assert when_ns <= first_ns + played_s * 1e9  # the player still had sound when this chunk came

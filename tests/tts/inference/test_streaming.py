@@ -10,7 +10,10 @@ from audio_io.levels import audible_onset, first_audible_sample
 from tts.codec.base import held_back_frames
 from tts.inference.pipeline import join_chunks, speak
 from tts.inference.stream_parts import split_units
-from tts.inference.streaming import MAX_OPENING_HOLD_S, OPENING_FRAMES_PAST_HOLDBACK, LeadingSilence, Pacer, StreamingSynthesizer
+from tts.inference.streaming import LeadingSilence, Pacer, StreamingSynthesizer
+from tts.inference.tuning import TUNING
+
+MAX_OPENING_HOLD_S, OPENING_FRAMES_PAST_HOLDBACK = TUNING.max_opening_hold_s, TUNING.opening_frames_past_holdback
 from tts.inference.synthesis import SynthesisConfig
 
 WORDS = "Hello there, my friend. How are you doing today?".split()

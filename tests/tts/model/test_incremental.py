@@ -120,7 +120,7 @@ def test_encoder_never_recomputes_finished_words():
     for w in ([8], [9, 10], [11]):
         encoder.push_word(w)
     assert torch.equal(encoder.lower_k[0][:, :, :4], first_word_keys)
-    assert encoder.num_words == 4
+    assert len(encoder.word_starts) == 4
 
 
 def test_states_are_per_utterance():
