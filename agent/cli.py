@@ -179,8 +179,17 @@ def _say(args: argparse.Namespace) -> int:
         picture = plot_attention(units, join_chunks(result.chunks), bundle.codec.sample_rate, args.plot,
                                  bundle.model.config.lookahead_words)
         err.print(f"[green]picture: {picture}[/]")
+    if args.captions:
+        from agent.captions import write_captions
+
+        err.print(f"[green]captions: {write_captions(result.times.word_times, args.captions)}[/]")
     audible = f"{result.first_audible_ms:.0f} ms" if result.first_audible_ms is not None else "never"
     where = f" -> {sink.path}" if getattr(sink, "path", None) else ""
+    if args.json:
+        print(json.dumps({"mode": mode, "words": [w.to_json() for w in result.times.word_times],
+                          "audio_s": round(result.audio_s, 3), "first_audible_ms": result.first_audible_ms,
+                          "rtf": result.rtf, "underruns": result.playback.underruns,
+                          "wav": str(sink.path) if getattr(sink, "path", None) else None}))
     err.print(f"{mode}: {result.words} words, {result.audio_s:.2f} s of audio, first audible {audible} after the "
               f"first word, rtf {result.rtf or 0:.2f}, underruns {result.playback.underruns}{_pacing_note(result.times)}{where}")
     return 0
@@ -224,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--seed", type=int, default=None)
     say.add_argument("--prompt-wav", type=Path, default=None, help="reference clip of the voice to speak in (zero-shot)")
     say.add_argument("--prompt-text", default=None, help="transcript of --prompt-wav")
+    say.add_argument("--json", action="store_true", help="print one JSON object: each word's start and end in the "
+                     "audio (seconds), and the figures")
+    say.add_argument("--captions", type=Path, default=None, help="write the word times as captions (.srt or .vtt)")
     say.add_argument("--plot", type=Path, default=None, help="also draw the cross-attention (lookahead window marked) and "
                      "the waveform into this PNG")
     say.set_defaults(func=_say)
@@ -233,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cli.register(commands, bench_kinds)
     _settled(commands.choices["eval"], "eval", {"mode": "tts.mode", "vocoder": "tts.vocoder",
                                                  "cfg_scale": "tts.cfg_scale"})
+    _settled(bench_kinds.choices["words"], "bench words", {"mode": "tts.mode", "vocoder": "tts.vocoder"})
     _settled(bench_kinds.choices["tts"], "bench tts", {"vocoder": "tts.vocoder", "emit_every": "tts.emit_every",
                                                         "max_stretch": "tts.max_stretch"})
     bench_cli.register(bench_kinds)

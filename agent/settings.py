@@ -71,6 +71,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "bench tts": ("tts.vocoder", "tts.max_stretch", "tts.emit_every"),
     "bench voice": ("tts.vocoder",),
     "bench serve": ("tts.vocoder",),
+    "bench paper": ("tts.vocoder",),
+    "bench words": ("tts.mode", "tts.vocoder"),
 }
 COMMAND_DEFAULTS: dict[str, dict[str, Any]] = {
     "serve": {"llm.backend": "embedded", "tts.vocoder": "fast"},  # many streams share the cores
@@ -79,7 +81,7 @@ COMMAND_DEFAULTS: dict[str, dict[str, Any]] = {
     "bench e2e": {"llm.backend": "replay"},
 }
 EXTRA_BACKENDS = {"replay": ("replay",), "bench e2e": ("replay",), "serve": ("none",)}
-FLAG_NAMES = {"tts.mode": {"say": "--mode", "eval": "--mode"}}  # where a command calls a flag otherwise
+FLAG_NAMES = {"tts.mode": {"say": "--mode", "eval": "--mode", "bench words": "--mode"}}  # where a command calls a flag otherwise
 
 
 def all_keys(settings: AgentSettings | None = None) -> list[str]:

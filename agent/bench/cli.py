@@ -121,12 +121,14 @@ def _bench_e2e(args: argparse.Namespace) -> int:
 
 
 def _bench_paper(args: argparse.Namespace) -> int:
+    from agent.settings import settings_for
     from agent.bench.e2e import DEFAULT_BENCH_SCRIPT
     from agent.bench.paper import PAPER_MODELS, PaperModel, bench_paper
     from llm.replay import ReplayScript
     from tts.cli import read_sentences
     from tts.paths import CONFIGS
 
+    settings = settings_for("bench paper", args)
     models = list(PAPER_MODELS)
     for extra in args.model:
         name, _, directory = extra.rpartition("=")
@@ -136,7 +138,7 @@ def _bench_paper(args: argparse.Namespace) -> int:
     sentences = read_sentences(args.sentences or CONFIGS / "eval_replies.txt")[: args.limit]
     script = ReplayScript.load(DEFAULT_BENCH_SCRIPT)
     with progress_bar() as progress:
-        result = bench_paper(models, sentences, script, progress)
+        result = bench_paper(models, sentences, script, progress, vocoder=settings.tts.vocoder)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -188,6 +190,7 @@ def register(bench_kinds) -> None:
     paper.add_argument("--limit", type=int, default=30, help="sentences used")
     paper.add_argument("--model", action="append", default=[], help="another S5 row: NAME=FOLDER of exported weights "
                        "(repeatable)")
+    add_settings_arguments(paper, "bench paper")
     paper.set_defaults(func=_bench_paper)
     voice = bench_kinds.add_parser("voice", help="spoken questions (other voices) through VAD + Whisper, answers in s5 / t5 / sentence: voice-to-voice latency")
     voice.add_argument("--json", action="store_true")

@@ -28,9 +28,12 @@ PAPER_MODELS = [
 ]
 
 
-def bench_paper(models: list[PaperModel], sentences: list[str], script: ReplayScript, progress=None) -> dict:
-    """One row per model; every model speaks the same sentences with the same seeds, behind the same LLM stream."""
-    bundles = [load_bundle(model.mode, model.directory) for model in models]  # a missing model fails before any work
+def bench_paper(models: list[PaperModel], sentences: list[str], script: ReplayScript, progress=None,
+                vocoder: str | None = None) -> dict:
+    """One row per model; every model speaks the same sentences with the same seeds, behind the same LLM stream,
+    voiced by `vocoder` (None: the codec's own)."""
+    bundles = [load_bundle(model.mode, model.directory, vocoder=vocoder) for model in models]  # a missing model
+    # fails before any work
     rows = []
     for model, bundle in zip(models, bundles):
         quality = evaluate(bundle, sentences, mode=model.mode, progress=progress)

@@ -102,6 +102,12 @@ class SocketSink(ClockSink):
         if not self.ws.closed:
             asyncio.ensure_future(self.ws.send_bytes(pcm16(samples)))
 
+    def show_words(self, word_times) -> None:
+        """Each word with its place in the reply's audio (seconds from its first sample), sent before that audio."""
+        for word in word_times:
+            if not self.ws.closed:
+                asyncio.ensure_future(self.ws.send_json({"type": "word", **word.to_json()}))
+
 
 def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None, llm_factory=None) -> web.Application:
     """bundles: model name ("s5", "t5") -> its loaded voice; llm_factory: () -> a new LLM backend per

@@ -92,6 +92,8 @@ def test_the_page_hears_a_spoken_question_and_speaks_the_answer_in_headless_chro
         assert wait_for(driver, "return typeof player !== 'undefined' && !!player", 20)  # the server said "ready"
         driver.find_element(By.ID, "text").send_keys("hi\n")
         typed = wait_for(driver, "return window.lastRecord || null", 40)
+        lit = wait_for(driver, f"return window.wordsLit.length >= {typed['spoken_words']} ? window.wordsLit : null", 20)
+        spoken_line = driver.execute_script("return document.querySelector('.spoken').textContent")
         inked = driver.execute_script(  # the timeline canvas: pixels drawn after the turn
             "const c = document.getElementById('timeline'); const d = c.getContext('2d').getImageData(0, 0, c.width, "
             "c.height).data; let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; "
@@ -106,6 +108,7 @@ def test_the_page_hears_a_spoken_question_and_speaks_the_answer_in_headless_chro
     finally:
         driver.quit()
     assert typed is not None and typed["error"] is None and typed["audio_s"] > 0 and typed["e2e_ms"] is not None
+    assert lit and spoken_line.split()[1:] == lit  # each word of the reply lit as its sound played, in order
     assert inked[0] == "1" and 0.01 * inked[2] < inked[1] < 0.9 * inked[2]  # drawn, not blank, not a flood
     assert spoken is not None and spoken["error"] is None and spoken["voice_to_voice_ms"] is not None
     assert {"capital", "france"} <= set(spoken["user"].lower().replace("?", "").split())

@@ -34,6 +34,22 @@ def test_say_writes_a_wav(models, tmp_path, mode):
     assert f"{mode}: 6 words" in result.stderr and "first audible" in result.stderr
 
 
+def test_say_prints_word_times_and_writes_captions(models, tmp_path):
+    """`--json`: one object whose words span the WAV, back to back; `--captions`: one SRT cue per word."""
+    out, srt = tmp_path / "hi.wav", tmp_path / "hi.srt"
+    result = s5("say", "Hello there, nice to meet you.", "--model", str(models / "s5_default"), "--out", str(out),
+                "--seed", "1", "--json", "--captions", str(srt))
+    assert result.returncode == 0, result.stderr[-800:]
+    data = json.loads(result.stdout)
+    audio, rate = read_wav(out)
+    assert [w["word"] for w in data["words"]] == ["Hello", "there,", "nice", "to", "meet", "you."]
+    assert data["words"][0]["start_s"] == 0 and abs(data["words"][-1]["end_s"] - len(audio) / rate) < 0.05
+    cues = srt.read_text().strip().split("\n\n")
+    assert len(cues) == 6 and cues[0].splitlines()[2] == "Hello" and " --> " in cues[0].splitlines()[1]
+    bad = s5("say", "Hi.", "--model", str(models / "s5_default"), "--out", str(out), "--captions", str(tmp_path / "x.txt"))
+    assert bad.returncode == 2 and "name a .srt or .vtt file" in bad.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

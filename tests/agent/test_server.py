@@ -160,19 +160,24 @@ def test_a_conversation_over_the_websocket_streams_text_audio_and_records(bundle
         problem = await ws.receive_json()
         await ws.send_json({"type": "settings", "mode": "t5"})
         await ws.send_json({"type": "user", "text": "hi"})
-        text, audio, record = "", b"", None
+        text, audio, record, words = "", b"", None, []
         while record is None:
             message = await ws.receive()
             if message.type == WSMsgType.BINARY:
                 audio += message.data
             elif message.json()["type"] == "text":
                 text += message.json()["text"]
+            elif message.json()["type"] == "word":
+                words.append((message.json(), len(audio) // 2))  # with the samples received before it
             elif message.json()["type"] == "record":
                 record = message.json()["record"]
         await ws.close()
-        return ready, problem, text, audio, record
+        return ready, problem, text, audio, record, words
 
-    ready, problem, text, audio, record = call(bundles, converse, llm_factory=llm)
+    ready, problem, text, audio, record, words = call(bundles, converse, llm_factory=llm)
+    assert [w["word"] for w, _ in words] == ["Hello", "from", "the", "server."]
+    for word, received in words:  # each word no later than the audio that holds its start
+        assert received <= word["start_s"] * ready["sample_rate"] + 1 and word["end_s"] >= word["start_s"]
     assert ready["type"] == "ready" and ready["sample_rate"] > 0
     assert problem["type"] == "error"
     assert text == "Hello from the server." and record["reply"] == text and record["tts_mode"] == "t5"

@@ -286,6 +286,13 @@ class StreamingMelDecoder:
             start += n
         return self._vocode(np.concatenate(parts) if len(parts) > 1 else parts[0], stretch)
 
+    def samples_for(self, frames: int, stretch: float = 1.0) -> int:
+        """Samples of the stream that `frames` codes pushed at `stretch` become (some leave with later pushes)."""
+        mel_frames = frames * self.codec.config.stack
+        if stretch != 1.0 and mel_frames:
+            mel_frames = max(1, round(mel_frames * stretch))
+        return mel_frames * mel.HOP
+
     def flush(self) -> np.ndarray:
         empty = torch.zeros(self.codec.num_codebooks, 0, dtype=torch.long)
         frames = self.codec.decode_features(empty, self.conv_state, final=True)

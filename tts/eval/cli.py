@@ -108,6 +108,18 @@ def _bench_tts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_words(args: argparse.Namespace) -> int:
+    from tts.eval.word_times import bench_word_times
+    from tts.inference.streaming import load_bundle
+
+    bundle = load_bundle(args.mode, args.model, vocoder=args.vocoder)
+    sentences = read_sentences(args.sentences or CONFIGS / "eval_replies.txt")[: args.limit]
+    with progress_bar() as progress:
+        result = bench_word_times(bundle, sentences, args.mode, progress)
+    print_result(result, args.json, "word times against Whisper")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubParsersAction) -> None:
     """Add `s5 eval` and the TTS benchmarks: `bench_kinds` is the `s5 bench` group (the agent adds `e2e` to it).
     The settings a listener hears (mode, vocoder, guidance, pacing) come from the agent's resolver, which adds
@@ -146,6 +158,13 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
                                   "compare them on the same clips (the Piper voice speaks anew each run), one result each")
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)
+    words = bench_kinds.add_parser("words", help="S5's word times against Whisper's word timestamps, beside Whisper's "
+                                   "own error on Piper speech whose word starts are exact")
+    words.add_argument("--json", action="store_true")
+    words.add_argument("--sentences", type=Path, default=None, help="unseen sentences (default configs/eval_replies.txt)")
+    words.add_argument("--limit", type=int, default=40)
+    words.add_argument("--model", type=Path, default=None)
+    words.set_defaults(func=_bench_words)
     tts_bench = bench_kinds.add_parser("tts", help="s5, t5 and sentence mode side by side: latency, rtf, underruns")
     tts_bench.add_argument("--json", action="store_true")
     tts_bench.add_argument("--words-per-second", type=float, default=3.0)

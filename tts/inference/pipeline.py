@@ -112,8 +112,12 @@ class Speech:
         self.synth.end()
 
     async def play(self) -> None:
-        """Audio stage: every chunk into the sink as soon as it is ready."""
+        """Audio stage: every chunk into the sink as soon as it is ready (a sink that shows words, e.g. a
+        conversation's socket, is told each word's place in the audio before that audio)."""
+        show_words = getattr(self.sink, "show_words", None)
         async for chunk in self.synth.chunks():
+            if show_words is not None and chunk.word_times:
+                show_words(chunk.word_times)
             self.sink.write(chunk.samples, chunk.play_after_ns)
             if self.keep_chunks:
                 self.chunks.append(chunk)

@@ -35,6 +35,8 @@ from tts.inference.stream_parts import (
     Inbox,
     LeadingSilence,
     Pacer,
+    WordTime,
+    WordTimeline,
 )
 from tts.inference.synthesis import (
     Steps,
@@ -88,6 +90,9 @@ class StreamSchedule:
         self._codec_stream = bundle.codec.streaming_decoder()
         self.opening_first_render = held_back_frames(bundle.codec) + tuning.opening_frames_past_holdback
         self._leading_silence = LeadingSilence(self.sample_rate)
+        self.timeline = WordTimeline(self.sample_rate)  # each word's place in the audio
+        self._untimed: list[tuple[str, tuple[int, int]]] = []  # completed words whose frames are not rendered yet
+        self._announced_frame = -1  # the first frame of the last word a chunk announced
         stretchable = self._codec_stream.supports_stretch
         self.pacer = Pacer(max_stretch) if self.policy.paces and max_stretch > 1 and stretchable else None
         self._play_after_ns: int | None = None  # the pacer's prebuffer, until a chunk carries it
@@ -203,6 +208,7 @@ class StreamSchedule:
         self.times.capped_words += sum(c.capped for c in completed)
         self.times.words += len(completed)
         self._words_done += [c.word for c in completed]
+        self._untimed += [(c.word, self.timeline.word_done(c.word, c.codes.shape[1])) for c in completed]
         if self.times.first_codec_frame_ns is None and unit.frames:
             self.times.first_codec_frame_ns = self.clock()
 
@@ -219,6 +225,7 @@ class StreamSchedule:
         self.times.frames += len(new)
         codes = torch.stack(new, dim=1)
         started = self.clock()
+        stretch = 1.0
         if self.pacer is None:
             audio = self._codec_stream.push(codes)
         else:
@@ -232,6 +239,9 @@ class StreamSchedule:
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
         self.render_s, self.rendered_frames = (self.clock() - started) / 1e9, len(new)
+        samples_for = getattr(self._codec_stream, "samples_for", None)
+        self.timeline.rendered(len(new), samples_for(len(new), stretch) if samples_for
+                               else len(new) * self.bundle.codec.samples_per_frame)
         self._unsent.append(self._leading_silence(audio))
         self._unsent_codes.append(codes)
         self._unsent_frames += len(new)
@@ -261,7 +271,29 @@ class StreamSchedule:
         self.opening_ready = False
         words, self._words_done = tuple(self._words_done), []
         return AudioChunk(audio, self.sample_rate, self.clock(), frames, codes=codes, play_after_ns=play_after,
-                          words=words)
+                          words=words, word_times=self._timed_words())
+
+    def _timed_words(self) -> tuple[WordTime, ...]:
+        """Place the words rendered so far in the audio. Completed words whose frames are rendered go to
+        `times.word_times` with their final span; the chunk announces, once each, every word whose start it is the
+        first to carry, so that a client learns of a word no later than it receives the word's start: a word still
+        being decoded is announced with the end of its sound so far."""
+        timeline = self.timeline
+        timeline.dropped = self._leading_silence.dropped
+        announced = []
+        while self._untimed and (time := timeline.time(*self._untimed[0])) is not None:
+            start_frame = self._untimed.pop(0)[1][0]
+            self.times.word_times.append(time)
+            if start_frame > self._announced_frame:
+                announced.append(time)
+                self._announced_frame = start_frame
+        front, start = self.front, timeline.frames_assigned  # the word being decoded starts after the completed
+        if (front is not None and front.current_frames and not self._untimed and start > self._announced_frame
+                and start < timeline.frames_rendered):
+            end = min(timeline.frames_rendered, start + len(front.current_frames))
+            announced.append(WordTime(front.words[front.current - 1], timeline.seconds(start), timeline.seconds(end)))
+            self._announced_frame = start
+        return tuple(announced)
 
     def _emit_tail(self, started: int) -> AudioChunk:
         tail = self._leading_silence(self._codec_stream.flush()) if self._codec_stream is not None else np.zeros(0, np.float32)
@@ -269,7 +301,8 @@ class StreamSchedule:
         # nothing audible left (or in the whole utterance): the frames not yet sent still go out, with no sound
         chunk = self.take_chunk() or AudioChunk(
             tail, self.sample_rate, self.clock(), self._unsent_frames, words=tuple(self._words_done),
-            codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None)
+            codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None,
+            word_times=self._timed_words())
         self.times.compute_ns += self.clock() - started
         return chunk
 

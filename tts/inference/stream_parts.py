@@ -69,6 +69,56 @@ def mean_interval_ns(times_ns: list[int]) -> int | None:
     return round((times_ns[-1] - times_ns[0]) / (len(times_ns) - 1)) if len(times_ns) >= 2 else None
 
 
+@dataclass(frozen=True)
+class WordTime:
+    """Where a spoken word sits in its utterance's audio: seconds from the first sample sent."""
+    word: str
+    start_s: float
+    end_s: float
+
+    def to_json(self) -> dict:
+        return {"word": self.word, "start_s": round(self.start_s, 3), "end_s": round(self.end_s, 3)}
+
+
+class WordTimeline:
+    """Per utterance: each word's place in the audio, from the schedule's own alignment. The decoder gives every
+    frame to one word (a word ends where its cross-attention moves on), so a word spans the frames between its
+    first and the next word's first; each render says how many samples its frames became (pacing stretches
+    them), and the leading silence dropped before the first sound shifts everything back."""
+
+    def __init__(self, sample_rate: int):
+        self.sample_rate = sample_rate
+        self.frames_assigned = 0  # frames of the words completed so far
+        self._renders: list[tuple[int, int, int, int]] = []  # (first frame, frames, first sample, samples)
+        self.frames_rendered = 0
+        self._samples_rendered = 0
+        self.dropped = 0  # leading samples not sent (`LeadingSilence`)
+
+    def rendered(self, frames: int, samples: int) -> None:
+        """A render turned the next `frames` frames into `samples` samples of the stream (before the trim)."""
+        self._renders.append((self.frames_rendered, frames, self._samples_rendered, samples))
+        self.frames_rendered += frames
+        self._samples_rendered += samples
+
+    def word_done(self, word: str, frames: int) -> tuple[int, int]:
+        """A word completed with `frames` frames: its frame span."""
+        span = (self.frames_assigned, self.frames_assigned + frames)
+        self.frames_assigned += frames
+        return span
+
+    def seconds(self, frame: int) -> float | None:
+        """Where frame boundary `frame` falls in the sent audio (None: not rendered yet)."""
+        for first, frames, first_sample, samples in self._renders:
+            if first <= frame <= first + frames and frames:
+                sample = first_sample + samples * (frame - first) / frames
+                return max(0.0, (sample - self.dropped) / self.sample_rate)
+        return None
+
+    def time(self, word: str, span: tuple[int, int]) -> WordTime | None:
+        start, end = self.seconds(span[0]), self.seconds(span[1])
+        return None if start is None or end is None else WordTime(word, start, end)
+
+
 @dataclass
 class AudioChunk:
     samples: np.ndarray  # float32 mono
@@ -78,6 +128,7 @@ class AudioChunk:
     codes: torch.Tensor | None = None  # (K, frames) the codes rendered into it
     play_after_ns: int | None = None  # pacing: a player should not start the utterance before this time
     words: tuple[str, ...] = ()  # the words completed since the previous chunk (to trace a gap to its text)
+    word_times: tuple[WordTime, ...] = ()  # words whose start this chunk is the first to carry, placed in the audio
 
 
 @dataclass
@@ -100,6 +151,7 @@ class UtteranceTimes:
     opening_hold_ms: float = 0.0  # how long a short opening word waited for the next word's text
     words: int = 0  # words completed (decoded)
     capped_words: int = 0
+    word_times: list[WordTime] = field(default_factory=list)  # every spoken word's final place in the audio
 
     @property
     def first_word_ns(self) -> int | None:
@@ -180,6 +232,7 @@ class LeadingSilence:
         self.fade = round(TUNING.fade_in_s * sample_rate)
         self.held = np.zeros(0, np.float32)
         self.done = False
+        self.dropped = 0  # samples dropped before the first sound
 
     def __call__(self, audio: np.ndarray) -> np.ndarray:
         if self.done:
@@ -187,8 +240,11 @@ class LeadingSilence:
         held = np.concatenate([self.held, audio])
         onset = audible_onset(held, self.sample_rate, AUDIBLE_DBFS + 1.0)
         if onset is None:  # all quiet so far: keep what a window starting here would need
-            self.held = held[max(0, len(held) - self.window + 1) :]
+            keep = held[max(0, len(held) - self.window + 1) :]
+            self.dropped += len(held) - len(keep)
+            self.held = keep
             return np.zeros(0, np.float32)
+        self.dropped += onset
         self.done, self.held = True, np.zeros(0, np.float32)
         out = held[onset:].copy()
         out[: self.fade] *= np.linspace(0.0, 1.0, self.fade, endpoint=False, dtype=np.float32)[: len(out)]
