@@ -56,6 +56,31 @@ class AgentConfig:
                    max_stretch=settings.tts.max_stretch, records_path=records_path)
 
 
+INTERRUPTED_MARK = "[interrupted by the user]"  # ends an assistant turn cut short, in the history the LLM reads
+
+
+class SpokenText:
+    """The written words of a reply, and for each spoken word the written word it came from ("$738.67" is seven
+    spoken words): what the user heard, written as the LLM wrote it."""
+
+    def __init__(self):
+        self.written: list[str] = []
+        self.source: list[int] = []  # spoken word -> index in `written`
+
+    def wrote(self, word: str) -> None:
+        self.written.append(word)
+
+    def spoke(self) -> None:
+        """A spoken word of the last written word."""
+        self.source.append(len(self.written) - 1)
+
+    def heard_text(self, spoken_heard: int) -> str:
+        """The written words whose first spoken word had begun to sound, as written."""
+        if spoken_heard <= 0 or not self.source:
+            return ""
+        return " ".join(self.written[: self.source[min(spoken_heard, len(self.source)) - 1] + 1])
+
+
 class Agent:
     def __init__(self, llm: LLMBackend, bundles: dict[str, TTSBundle], sink: Sink,
                  config: AgentConfig | None = None, on_piece: Callable[[str], None] | None = None, worker=None):
@@ -67,6 +92,7 @@ class Agent:
         self.on_piece = on_piece
         self.history: list[dict] = []
         self.turns = 0
+        self.turn_record: TurnRecord | None = None
         self._interrupted = asyncio.Event()
         self._interrupt_ns: int | None = None
         self._retracted = False
@@ -99,6 +125,7 @@ class Agent:
         self._interrupt_ns = None
         self._retracted = False
         record = TurnRecord(self.turns, mode, getattr(self.llm, "name", "llm"), user)
+        self.turn_record = record  # the turn running, or the last one: its stages fill it as they go
         record.started_on_guess = held
         if heard is not None:
             record.user_speech_start, record.user_speech_end = heard.speech_start_ns, heard.speech_end_ns
@@ -108,12 +135,13 @@ class Agent:
         speech = Speech(synth, self.sink)
         pieces: asyncio.Queue = asyncio.Queue()
         reply: list[str] = []
+        said = SpokenText()  # which written word each spoken word came from
         self.sink.begin_turn(held=held)
         record.synthesis, record.playback = synth.times, self.sink.stats  # each stage writes its own record
         record.request_sent = time.perf_counter_ns()
         stages = [
             asyncio.create_task(self._llm_stage(self.messages_for(user), pieces, reply, record, synth.note_token)),
-            asyncio.create_task(speech.feed(self._spoken_words(pieces))),
+            asyncio.create_task(speech.feed(self._spoken_words(pieces, said))),
             asyncio.create_task(speech.play()),
         ]
         interrupted = asyncio.create_task(self._interrupted.wait())
@@ -139,13 +167,13 @@ class Agent:
             for task in stages:
                 task.cancel()
             await synth.aclose()
-            self._finish_record(record, "".join(reply))
+            self._finish_record(record, "".join(reply), said)
         return record
 
     async def _stop(self, stages: list[asyncio.Task], record: TurnRecord, cancelled: bool = True) -> None:
         for task in stages:
             task.cancel()
-        self.sink.flush()
+        self._flush(record)
         self.sink.end_turn()
         record.cancelled = cancelled
         if cancelled:
@@ -157,9 +185,14 @@ class Agent:
         await asyncio.wait({drain, interrupted}, return_when=asyncio.FIRST_COMPLETED)
         if not drain.done():
             drain.cancel()
-            self.sink.flush()
+            self._flush(record)
             record.cancelled = True
             self._stamp_silence(record)
+
+    def _flush(self, record: TurnRecord) -> None:
+        """Drop what has not played; what had played decides the words the user heard."""
+        self.sink.flush()
+        record.words_heard = record.synthesis.words_heard(self.sink.stats.played_samples / self.sink.sample_rate)
 
     def _stamp_silence(self, record: TurnRecord) -> None:
         """The queued audio is dropped now; what the device already holds still plays for its output latency."""
@@ -189,7 +222,7 @@ class Agent:
         record.llm_stats = dict(vars(self.llm.stats)) if getattr(self.llm, "stats", None) else {}
 
     @staticmethod
-    async def _spoken_words(pieces: asyncio.Queue):
+    async def _spoken_words(pieces: asyncio.Queue, said: "SpokenText | None" = None):
         """LLM pieces -> words -> the words as spoken (numbers, symbols, markdown handled), until the reply ends.
         A code block the voice skips yields SEGMENT_BREAK where it opens: its many tokens would otherwise stall
         the words before it, which wait for their lookahead words after it."""
@@ -199,7 +232,11 @@ class Agent:
             words = segmenter.flush(time.perf_counter_ns()) if piece is END else segmenter.push(piece.text, piece.t_ns)
             for word in words:
                 in_code = normalizer.in_code_block
+                if said is not None:
+                    said.wrote(word.text)
                 for spoken in normalizer.push(word.text, word.line_start):
+                    if said is not None:
+                        said.spoke()
                     yield spoken
                 if normalizer.in_code_block and not in_code:
                     yield SEGMENT_BREAK
@@ -207,9 +244,14 @@ class Agent:
                 return
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
-    def _finish_record(self, record: TurnRecord, reply: str) -> None:
+    def _finish_record(self, record: TurnRecord, reply: str, said: SpokenText) -> None:
         record.reply = reply
         record.retracted = self._retracted
+        record.words_written = record.synthesis.spoken_words
+        if not record.cancelled:
+            record.words_heard = record.words_written
+        elif reply.strip():  # the history keeps what the user heard, marked, not what the LLM wrote
+            reply = f"{said.heard_text(record.words_heard)} {INTERRUPTED_MARK}".strip()
         if reply.strip() and not record.retracted:
             self.history += [{"role": "user", "content": record.user}, {"role": "assistant", "content": reply}]
             self.history = self.history[-2 * self.config.history_turns :] if self.config.history_turns else []

@@ -47,6 +47,8 @@ class TurnRecord:
     synthesis: UtteranceTimes = field(default_factory=UtteranceTimes)  # the engine's: words in, frames, chunks out
     playback: PlaybackStats = field(default_factory=PlaybackStats)  # the player's: first audible sample, underruns
     cancelled: bool = False
+    words_written: int = 0  # words the LLM's reply gave the voice
+    words_heard: int = 0  # of those, the words whose sound had begun to play (all, unless interrupted)
     started_on_guess: bool = False  # spoken input: the turn began on the VAD's guess, held silent until the end was sure
     retracted: bool = False  # ... and the user went on speaking: it was dropped unheard (not in the history)
     error: str | None = None
@@ -131,6 +133,7 @@ class TurnRecord:
         data |= {stamp: self.stamp(stamp) for stamp in STAMPS + EXTRA_STAMPS}
         data |= {name: getattr(self, name) for name in (
             "underruns", "underrun_ms", "gaps", "paced_ms", "opening_hold_ms", "rtf", "frames_per_word", "cancelled",
+            "words_written", "words_heard",
             "started_on_guess", "retracted", "error", "llm_stats", "e2e_ms", "e2e_chunk_ms", "e2e_minus_floor_ms",
             "barge_in_ms", "voice_to_voice_ms")}
         data["ms"] = {stamp: self.ms_after_request(stamp) for stamp in STAMPS}

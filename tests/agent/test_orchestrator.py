@@ -116,6 +116,40 @@ def test_barge_in_stops_speech_flushes_audio_and_the_next_turn_works(bundles):
     assert second.barge_in_ms is None  # no interruption, no figure
 
 
+def test_after_a_barge_in_the_history_keeps_the_words_heard_marked(bundles):
+    """Interrupted once the player has played past the third word's start: the assistant turn the next request
+    sends is the reply's written words up to the one sounding then (3, give or take one), marked as
+    interrupted; the record counts the words written and heard."""
+    import time
+
+    from agent.orchestrator import INTERRUPTED_MARK
+
+    reply = "It costs $12 today, and the shop on Main Street closes at nine tonight, so please hurry up."
+    agent, sink = make_agent(bundles, [("Price?", reply), ("Again?", "Twelve.")], pace=True, frames=6,
+                             tokens_per_second=40)
+
+    async def scenario():
+        turn = asyncio.create_task(agent.run_turn("Price?"))
+        while True:  # the words as a client learns of them, against what the player has played by now
+            record = agent.turn_record
+            started = record.synthesis.words_started if record and record.synthesis else []
+            first_ns = sink.stats.first_played_ns
+            if len(started) >= 4 and first_ns and time.perf_counter_ns() - first_ns > (started[2].start_s + 0.03) * 1e9:
+                break
+            await asyncio.sleep(0.005)
+        agent.interrupt()
+        first = await turn
+        return first, agent.messages_for("Again?")
+
+    first, messages = asyncio.run(scenario())
+    assistant = messages[-2]["content"]
+    assert first.cancelled and messages[-3] == {"role": "user", "content": "Price?"}
+    assert assistant.endswith(INTERRUPTED_MARK)
+    heard = assistant.removesuffix(INTERRUPTED_MARK).split()
+    assert reply.startswith(" ".join(heard)) and 2 <= len(heard) <= 4  # "It costs $12", give or take a word
+    assert first.words_written > first.words_heard >= 3 and first.to_json()["words_heard"] == first.words_heard
+
+
 HOSTILE = [
     "", " ", "\n\n", "😀😀😀", "🎉 Done! ✅", "**bold** _italic_ ~~strike~~ `code`", "# Heading\n## Sub", "- a\n- b\n* c",
     "```\nprint('hi')\n```", "```python\nfor i in range(3):\n    pass", "Supercalifragilisticexpialidocious" * 5,

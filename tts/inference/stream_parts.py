@@ -152,6 +152,7 @@ class UtteranceTimes:
     words: int = 0  # words completed (decoded)
     capped_words: int = 0
     word_times: list[WordTime] = field(default_factory=list)  # every spoken word's final place in the audio
+    words_started: list[WordTime] = field(default_factory=list)  # the words sent so far, as chunks announced them
 
     @property
     def first_word_ns(self) -> int | None:
@@ -169,7 +170,12 @@ class UtteranceTimes:
         self.last_chunk_ns = chunk.created_ns
         if len(chunk.samples) or chunk.words:
             self.chunk_words.append((self.audio_s, chunk.words))
+        self.words_started += chunk.word_times
         self.audio_s += len(chunk.samples) / chunk.sample_rate
+
+    def words_heard(self, played_s: float) -> int:
+        """How many words had begun to sound once `played_s` seconds of the audio had played."""
+        return sum(1 for word in self.words_started if word.start_s < played_s)
 
     def words_around(self, at_s: float) -> tuple[str, str]:
         """The words completed just before audio second `at_s` (where a gap fell) and the next word completed
