@@ -1,6 +1,8 @@
 """`s5 replay`: a scripted conversation through the real orchestrator, and the soak figures of long replays."""
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -53,6 +55,14 @@ def soak_summary(result: ReplayResult, warmup_fraction: float = 0.1) -> dict:
     }
 
 
+async def _interrupt_after(agent: Agent, sink: ClockSink, seconds: float) -> None:
+    """A scripted barge-in: the user speaks `seconds` after the reply's first audible sample."""
+    while sink.stats.first_audible_ns is None:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(max(0.0, (sink.stats.first_audible_ns - time.perf_counter_ns()) / 1e9 + seconds))
+    agent.interrupt()
+
+
 async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], config: AgentConfig, out_dir: Path | None,
                  pace: bool = False, progress=None, save_wavs: bool = True,
                  llm: LLMBackend | None = None) -> ReplayResult:
@@ -60,6 +70,7 @@ async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], config: Ag
     out_dir/latency.jsonl); one WAV per turn. With `llm`, the user lines go to that live LLM instead of replaying
     the script's answers."""
     rate = next(iter(bundles.values())).codec.sample_rate
+    pace = pace or any(turn.interrupt_after_s is not None for turn in script.turns)  # a barge-in needs real time
     sink = WavSink(rate, out_dir / "turn.wav" if out_dir else "turn.wav", pace=pace) if out_dir else ClockSink(rate, pace=pace)
     mode = config.tts_mode
     config = replace(config, records_path=out_dir / "latency.jsonl" if out_dir else None)
@@ -67,7 +78,12 @@ async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], config: Ag
     records, wavs, rss = [], [], []
     task = progress.add_task(f"{script.name} ({mode})", total=len(script.turns)) if progress else None
     for turn in script.turns:
+        barge_in = None
+        if turn.interrupt_after_s is not None:
+            barge_in = asyncio.create_task(_interrupt_after(agent, sink, turn.interrupt_after_s))
         records.append(await agent.run_turn(turn.user))
+        if barge_in is not None:
+            barge_in.cancel()
         if out_dir is not None and save_wavs:
             wavs.append(sink.save(out_dir / f"{mode}_turn_{len(records):02d}.wav"))
         elif isinstance(sink, WavSink):

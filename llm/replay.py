@@ -7,6 +7,7 @@
         assistant: The capital of France is Paris.
         tokens: [" The", " capital", ...]          # optional explicit pieces (must join to `assistant`)
         token_delays_ms: [350, 40, 38, ...]        # optional recorded delay before each piece
+        interrupt_after_s: 1.2                     # optional: the user barges in 1.2 s after the first sound
 
 Without explicit tokens the assistant text is split into word-start pieces as an LLM tokenizer would
 (" capital", ",", " Paris", "."), long words into several sub-word pieces.
@@ -53,6 +54,7 @@ class ReplayTurn:
     assistant: str
     tokens: list[str] = field(default_factory=list)
     token_delays_ms: list[float] = field(default_factory=list)
+    interrupt_after_s: float | None = None  # the user barges in this long after the reply's first sound
 
 
 @dataclass
@@ -82,8 +84,12 @@ class ReplayScript:
         for i, raw in enumerate(data["turns"], start=1):
             if not isinstance(raw, dict) or "user" not in raw or "assistant" not in raw:
                 raise LLMError(f"{where}: turn {i} needs `user` and `assistant`")
+            interrupt = raw.get("interrupt_after_s")
+            if interrupt is not None and (not isinstance(interrupt, (int, float)) or interrupt < 0):
+                raise LLMError(f"{where}: turn {i}: `interrupt_after_s` is seconds after the first sound (>= 0)")
             turn = ReplayTurn(str(raw["user"]), str(raw["assistant"]), [str(t) for t in raw.get("tokens") or []],
-                              [float(d) for d in raw.get("token_delays_ms") or []])
+                              [float(d) for d in raw.get("token_delays_ms") or []],
+                              None if interrupt is None else float(interrupt))
             if turn.tokens and "".join(turn.tokens) != turn.assistant:
                 raise LLMError(f"{where}: turn {i}: `tokens` do not join to the assistant text")
             if turn.token_delays_ms and len(turn.token_delays_ms) != len(turn.tokens or tokenize_like_llm(turn.assistant)):

@@ -98,6 +98,17 @@ def test_replay_writes_one_wav_per_turn_and_the_records(models, tmp_path):
     assert len(lines) == 3 and all(json.loads(l)["e2e_chunk_ms"] is not None for l in lines)
 
 
+def test_a_replay_scripts_an_interruption(models):
+    """`interrupt_after_s`: the second reply is cut after its first sound; its record says how many of its words
+    were heard, and the conversation goes on."""
+    result = s5_with_models(models, "replay", "examples/interrupted.yaml", "--no-wavs", "--json")
+    assert result.returncode == 0, result.stderr[-800:]
+    first, cut, third = json.loads(result.stdout)["records"]
+    assert not first["cancelled"] and first["words_heard"] == first["words_written"] > 0
+    assert cut["cancelled"] and 0 < cut["words_heard"] < cut["words_written"]
+    assert third["error"] is None and not third["cancelled"]
+
+
 def test_replay_of_hostile_text_completes_every_turn(models):
     """Notation, a code block, a 45-letter word, only emoji, other scripts, control characters: every turn of
     the example ends without an error; the emoji-only one says nothing, the others say their English words."""
