@@ -9,10 +9,11 @@
                              {"type": "ready", "sample_rate"}, {"type": "text", "text"} (the LLM's pieces),
                              {"type": "heard", "text"} (what the microphone's speech was transcribed as),
                              {"type": "record", "record": {...}} (the turn's latency record), {"type": "error", "message"}
-    POST /v1/audio/speech    OpenAI-style: {"model": "s5"|"t5", "input": text, "voice": "default",
-                             "response_format": "wav"|"pcm", "speed": 1.0, "vocoder": "default"|"universal"|"fast"};
-                             the audio streams as it is synthesised
-                             (wav: 16-bit mono with an open-ended header; pcm: raw s16le; X-Sample-Rate says the rate)
+    POST /v1/audio/speech    OpenAI's speech endpoint: {"model": "s5"|"t5" (or OpenAI's "tts-1", "tts-1-hd",
+                             "gpt-4o-mini-tts": S5), "input": text, "voice": "default" (or an OpenAI voice name:
+                             the shipped voice), "response_format": mp3 (default)|opus|aac|flac|wav|pcm, "speed": 1.0,
+                             "stream_format": "audio"|"sse", "vocoder": "default"|"universal"|"fast"}; the audio
+                             streams as it is synthesised (`audio_formats.py`; X-Sample-Rate says pcm's rate)
 
 Each request runs the one pipeline driver (`tts.inference.pipeline.Speech`) with its own synthesizer and sink;
 the models are shared read-only, so nothing of one request is visible to another and replicas scale out behind
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-import struct
+import base64
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -38,13 +40,16 @@ from tts.inference.streaming import MODES, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
 from agent.listen import HeardLine, Listener
+from agent.serve.audio_formats import FORMATS, Encoder, pcm16
 from agent.orchestrator import Agent, AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")  # the
+# names apps send: each speaks with the shipped voice, so that an app written for OpenAI works unchanged
+MODEL_ALIASES = {"tts-1": "s5", "tts-1-hd": "s5", "gpt-4o-mini-tts": "s5"}  # OpenAI's model names -> S5
 VOCODERS = ("default", "universal", "fast")  # POST /v1/audio/speech "vocoder": the server's (`s5 serve --vocoder`,
 # fast unless told), HiFi-GAN V1 (natural; 0.4-0.5 CPU-s a second of audio where the CPU has bfloat16: two streams
 # on two cores, against eight with iSTFT), or iSTFT
-FORMATS = ("wav", "pcm")
 STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 SESSIONS = web.AppKey("sessions", asyncio.Semaphore)  # the free synthesis slots
 
@@ -74,17 +79,6 @@ class QueueSink(ClockSink):
     def end_turn(self) -> None:
         super().end_turn()
         self.queue.put_nowait(None)
-
-
-def wav_header(sample_rate: int) -> bytes:
-    """A 16-bit mono WAV header whose sizes say "until the stream ends" (0xFFFFFFFF), as streaming servers send."""
-    unknown = 0xFFFFFFFF
-    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE" + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate,
-            sample_rate * 2, 2, 16) + b"data" + struct.pack("<I", unknown))
-
-
-def pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
 
 
 def error(status: int, message: str) -> web.Response:
@@ -142,7 +136,8 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         return revoiced[model, vocoder]
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "models": sorted(bundles), "voices": list(VOICES),
+        models = sorted(bundles) + [alias for alias, model in MODEL_ALIASES.items() if model in bundles]
+        return web.json_response({"status": "ok", "models": models, "voices": list(VOICES + OPENAI_VOICES),
                                   "sessions": active["n"], "max_sessions": config.max_sessions})
 
     async def speech(request: web.Request) -> web.StreamResponse:
@@ -153,14 +148,17 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         if not isinstance(body, dict):
             return error(400, "the body must be a JSON object")
         model, text = body.get("model", "s5"), body.get("input")
-        voice, response_format = body.get("voice", "default"), body.get("response_format", "wav")
-        vocoder = body.get("vocoder", "default")
+        model = MODEL_ALIASES.get(model, model)
+        voice, response_format = body.get("voice", "default"), body.get("response_format", "mp3")
+        vocoder, stream_format = body.get("vocoder", "default"), body.get("stream_format", "audio")
         if vocoder not in VOCODERS:
             return error(400, f"unknown vocoder {vocoder!r}; valid: {', '.join(VOCODERS)}")
         if model not in bundles:
-            return error(400, f"unknown model {model!r}; valid: {', '.join(sorted(bundles))}")
-        if voice not in VOICES:
-            return error(400, f"unknown voice {voice!r}; valid: {', '.join(VOICES)}")
+            return error(400, f"unknown model {model!r}; valid: {', '.join(sorted(bundles) + list(MODEL_ALIASES))}")
+        if voice not in VOICES + OPENAI_VOICES:
+            return error(400, f"unknown voice {voice!r}; valid: {', '.join(VOICES + OPENAI_VOICES)}")
+        if stream_format not in ("audio", "sse"):
+            return error(400, f"unknown stream_format {stream_format!r}; valid: audio, sse")
         if response_format not in FORMATS:
             return error(400, f"unknown response_format {response_format!r}; valid: {', '.join(FORMATS)}")
         if body.get("speed", 1.0) != 1.0:
@@ -178,7 +176,8 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
             active["n"] += 1
             try:
                 bundle = bundles[model] if vocoder == "default" else voiced(model, vocoder)
-                return await _stream(request, bundle, model, words, response_format, config.turn.synthesis, worker)
+                return await _stream(request, bundle, model, words, response_format, config.turn.synthesis, worker,
+                                     sse=stream_format == "sse")
             finally:
                 active["n"] -= 1
 
@@ -208,23 +207,37 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
 
 
 async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: list[str], response_format: str,
-                  synthesis: SynthesisConfig, worker: StreamWorker | None):
+                  synthesis: SynthesisConfig, worker: StreamWorker | None, sse: bool = False):
+    """Speak `words` into the response, encoded as `response_format`, each piece as soon as it is made; with
+    `sse`, as OpenAI's server-sent events (`speech.audio.delta` with base64 audio, then `speech.audio.done`)."""
     rate = bundle.codec.sample_rate
     sink = QueueSink(rate)
+    encoder = Encoder(response_format, rate)
     synth = StreamingSynthesizer(bundle, "s5" if model == "s5" else "t5", replace(synthesis, seed=0), max_stretch=1.0,
                                  worker=worker)
     speaking = asyncio.create_task(Speech(synth, sink).run(words))
     # a synthesis that fails ends the stream too (the writer below must not wait for audio that never comes)
     speaking.add_done_callback(lambda task: task.cancelled() or task.exception() is None or sink.queue.put_nowait(None))
-    response = web.StreamResponse(headers={"Content-Type": "audio/wav" if response_format == "wav" else "audio/pcm",
-                                           "X-Sample-Rate": str(rate)})
+    content_type = "text/event-stream" if sse else encoder.content_type
+    response = web.StreamResponse(headers={"Content-Type": content_type, "X-Sample-Rate": str(rate)})
     await response.prepare(request)
+
+    async def send(data: bytes) -> None:
+        if not data:
+            return
+        if sse:
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+            data = f"data: {json.dumps(event)}\n\n".encode()
+        await response.write(data)
+
     try:
-        if response_format == "wav":
-            await response.write(wav_header(rate))
         while (samples := await sink.queue.get()) is not None:
-            await response.write(pcm16(samples))
+            await send(encoder.encode(samples))
         await speaking  # a synthesis failure surfaces (the client sees a cut stream; the log has the traceback)
+        await send(encoder.finish())
+        if sse:
+            usage = {"input_tokens": len(words), "output_tokens": 0, "total_tokens": len(words)}
+            await response.write(f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode())
     finally:
         speaking.cancel()  # a client that went away stops the synthesis
     await response.write_eof()
