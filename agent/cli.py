@@ -117,6 +117,31 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wyoming(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import torch
+
+    try:
+        from agent.integrations.wyoming import serve_wyoming
+    except ImportError as error:
+        raise UserError("s5 wyoming needs the wyoming package: pip install 's5-agent[wyoming]'") from error
+    from tts.inference.batching import StreamWorker
+    from tts.inference.streaming import load_bundle
+
+    settings = settings_for("wyoming", args)
+    if not args.uri.startswith(("tcp://", "unix://")):
+        raise UserError(f"--uri {args.uri}: tcp://HOST:PORT or unix://PATH")
+    torch.set_num_threads(1)  # every connection's synthesis runs on the worker's threads
+    bundle = load_bundle("s5", vocoder=settings.tts.vocoder, render_threads=args.threads)
+    err.print(f"[green]s5 wyoming: {args.uri} (Home Assistant: add the Wyoming integration with this host and port)[/]")
+    try:
+        asyncio.run(serve_wyoming(args.uri, bundle, settings.tts.synthesis(), StreamWorker(args.threads)))
+    except OSError as error:
+        raise UserError(f"cannot listen on {args.uri}: {error.strerror or error}") from error
+    return 0
+
+
 def _data_replies(args: argparse.Namespace) -> int:
     from llm.embedded import EmbeddedLLM
     from tts.data.replies import write_replies
@@ -215,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_replay)
 
     serve_cli.register(commands)
+    wyoming = commands.add_parser("wyoming", help="a Wyoming TTS server for Home Assistant (streams an LLM's reply "
+                                  "word by word)")
+    wyoming.add_argument("--uri", default="tcp://127.0.0.1:10200", help="tcp://HOST:PORT or unix://PATH")
+    wyoming.add_argument("--threads", type=int, default=2, help="torch threads of the worker every connection shares")
+    add_settings_arguments(wyoming, "wyoming")
+    wyoming.set_defaults(func=_wyoming)
 
     data = commands.add_parser("data", help="offline speech data")
     data_kinds = data.add_subparsers(dest="kind_", required=True)

@@ -5,14 +5,13 @@ file, default) is `agent/settings.py`'s job."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from llm.ollama_backend import DEFAULT_HOST, DEFAULT_MODEL
 from llm.openai_backend import DEFAULT_URL
 from tts.inference.streaming import DEFAULT_MAX_STRETCH, MODES, check_max_stretch
 from tts.inference.synthesis import SynthesisConfig
 from tts.paths import CONFIGS
-from tts.typed_yaml import ConfigError, build, read_yaml
+from tts.typed_yaml import ConfigError
 
 DEFAULT_AGENT_CONFIG = CONFIGS / "agent.yaml"
 HISTORY_TURNS = 8  # user/assistant pairs kept in the prompt

@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Callable
 
 from llm.base import LLMBackend, LLMError
-from tts.frontend.text import TextNormalizer
 from tts.inference.pipeline import Sink, Speech
-from tts.inference.streaming import DEFAULT_MAX_STRETCH, SEGMENT_BREAK, StreamingSynthesizer
+from tts.inference.streaming import DEFAULT_MAX_STRETCH, StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
 from .config import HISTORY_TURNS, SYSTEM_PROMPT, AgentSettings
 from .listen import HeardLine
 from .logs import LOGGER, where_logged
 from .records import TurnRecord, append_jsonl
-from .segmenter import WordSegmenter
+from .segmenter import SpokenWords
 
 END = object()
 log = logging.getLogger(f"{LOGGER}.agent")
@@ -223,23 +222,12 @@ class Agent:
 
     @staticmethod
     async def _spoken_words(pieces: asyncio.Queue, said: "SpokenText | None" = None):
-        """LLM pieces -> words -> the words as spoken (numbers, symbols, markdown handled), until the reply ends.
-        A code block the voice skips yields SEGMENT_BREAK where it opens: its many tokens would otherwise stall
-        the words before it, which wait for their lookahead words after it."""
-        segmenter, normalizer = WordSegmenter(), TextNormalizer()
+        """LLM pieces -> the words as spoken (`SpokenWords`), until the reply ends."""
+        words = SpokenWords(said)
         while True:
             piece = await pieces.get()
-            words = segmenter.flush(time.perf_counter_ns()) if piece is END else segmenter.push(piece.text, piece.t_ns)
-            for word in words:
-                in_code = normalizer.in_code_block
-                if said is not None:
-                    said.wrote(word.text)
-                for spoken in normalizer.push(word.text, word.line_start):
-                    if said is not None:
-                        said.spoke()
-                    yield spoken
-                if normalizer.in_code_block and not in_code:
-                    yield SEGMENT_BREAK
+            for word in words.flush(time.perf_counter_ns()) if piece is END else words.push(piece.text, piece.t_ns):
+                yield word
             if piece is END:
                 return
 

@@ -73,6 +73,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "bench serve": ("tts.vocoder",),
     "bench paper": ("tts.vocoder",),
     "bench words": ("tts.mode", "tts.vocoder"),
+    "wyoming": ("tts.vocoder", "tts.top_k", "tts.temperature", "tts.cfg_scale"),
 }
 COMMAND_DEFAULTS: dict[str, dict[str, Any]] = {
     "serve": {"llm.backend": "embedded", "tts.vocoder": "fast"},  # many streams share the cores

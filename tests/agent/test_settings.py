@@ -16,7 +16,7 @@ ARGV = {  # how each command is started (its positional arguments, never read be
     "chat": ["chat"], "replay": ["replay", "script.yaml"], "say": ["say", "Hello there."], "serve": ["serve"],
     "eval": ["eval"], "bench e2e": ["bench", "e2e"], "bench tts": ["bench", "tts"], "bench voice": ["bench", "voice"],
     "bench serve": ["bench", "serve"], "bench paper": ["bench", "paper"],
-    "bench words": ["bench", "words"],
+    "bench words": ["bench", "words"], "wyoming": ["wyoming"],
 }
 VALUES = {  # a value other than every default, for each key
     "llm.backend": "openai", "llm.ollama_host": "http://ollama-box:11434", "llm.ollama_model": "qwen3:8b",
