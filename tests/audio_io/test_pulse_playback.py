@@ -232,3 +232,41 @@ def test_speaking_over_the_answer_interrupts_it_through_pulseaudio(pulse, tmp_pa
     assert story_turn.cancelled and story_turn.synthesis.audio_s < 10  # interrupted long before the story's end
     assert {"capital", "germany"} <= set(question_turn.user.lower().replace("?", "").split())
     assert question_turn.error is None and not question_turn.cancelled and question_turn.synthesis.audio_s > 0
+
+
+def test_an_interrupted_turn_keeps_the_words_heard_through_pulseaudio(pulse, tiny_bundle):
+    """Through the sound card (the null sink): interrupted once the device has played into the fourth word, the
+    history the next turn sends holds four words (one either way), marked as interrupted."""
+    from agent.orchestrator import INTERRUPTED_MARK
+    from audio_io.sinks import DeviceSink
+    from tts.codec.load import load_codec
+    from tts.inference.synthesis import TTSBundle
+
+    tiny = tiny_bundle(2)
+    bundles = {"s5": TTSBundle(tiny.model, tiny.symbols, load_codec(), tiny.g2p)}
+    reply = "One two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen."
+    script = ReplayScript.from_dict({"llm": {"first_token_ms": 10, "tokens_per_second": 60},
+                                     "turns": [{"user": "Count.", "assistant": reply}, {"user": "Go on.", "assistant": "Okay."}]})
+    sink = DeviceSink(RATE, "pulse")
+    agent = Agent(ReplayLLM(script), bundles, sink, AgentConfig(synthesis=SynthesisConfig(seed=0, max_frames_per_word=6)))
+
+    async def scenario():
+        turn = asyncio.create_task(agent.run_turn("Count."))
+        while True:
+            record = agent.turn_record
+            started = record.synthesis.words_started if record and record.synthesis else []
+            if len(started) >= 5 and sink.stats.played_samples / RATE > started[3].start_s + 0.02:
+                break
+            await asyncio.sleep(0.005)
+        agent.interrupt()
+        first = await turn
+        return first, agent.messages_for("Go on.")
+
+    try:
+        first, messages = asyncio.run(scenario())
+    finally:
+        sink.close()
+    heard = messages[-2]["content"].removesuffix(INTERRUPTED_MARK).split()
+    assert first.cancelled and messages[-2]["content"].endswith(INTERRUPTED_MARK)
+    assert 3 <= len(heard) <= 5 and reply.startswith(" ".join(heard))
+    assert first.words_heard == len(heard) and first.words_written == 16
