@@ -2,13 +2,10 @@
 
     GET  /                   a page to talk to it from a browser (type, hear the answer stream, switch s5/t5/sentence)
     GET  /health             {"status": "ok", "models": [...], "voices": [...], "sessions": n, "max_sessions": m}
-    GET  /ws                 a conversation: one agent per connection. Client -> server JSON: {"type": "user",
-                             "text": ...}, {"type": "settings", "mode": "s5"|"t5"|"sentence"}, {"type": "interrupt"}.
-                             Binary client messages: the microphone, s16le at 16 kHz (VAD + Whisper, half-duplex).
-                             Server -> client: binary s16le PCM at the codec's rate as it plays, and JSON events
-                             {"type": "ready", "sample_rate"}, {"type": "text", "text"} (the LLM's pieces),
-                             {"type": "heard", "text"} (what the microphone's speech was transcribed as),
-                             {"type": "record", "record": {...}} (the turn's latency record), {"type": "error", "message"}
+    GET  /ws                 a conversation (`session.py` has its messages): text or microphone in; the LLM's
+                             text, each word with its time, audio as it plays, the turn's record and the history
+                             out; a client that reconnects sends `resume` with the history it kept
+    GET  /metrics            Prometheus text format (`metrics.py`)
     POST /v1/audio/speech    OpenAI's speech endpoint: {"model": "s5"|"t5" (or OpenAI's "tts-1", "tts-1-hd",
                              "gpt-4o-mini-tts": S5), "input": text, "voice": "default" (or an OpenAI voice name:
                              the shipped voice), "response_format": mp3 (default)|opus|aac|flac|wav|pcm, "speed": 1.0,
@@ -16,32 +13,35 @@
                              streams as it is synthesised (`audio_formats.py`; X-Sample-Rate says pcm's rate)
 
 Each request runs the one pipeline driver (`tts.inference.pipeline.Speech`) with its own synthesizer and sink;
-the models are shared read-only, so nothing of one request is visible to another and replicas scale out behind
-any load balancer that checks /health. Errors are JSON `{"error": {"message": ...}}` with a 4xx/5xx status.
+the models are shared read-only, so nothing of one request is visible to another. With `--token`, every route
+but the page and /health needs it (compared in constant time), the WebSocket upgrade included. A conversation's
+client that stops reading is closed once `send_queue_bytes` wait for it. Errors are JSON
+`{"error": {"message": ...}}` with a 4xx/5xx status.
 """
 from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 import base64
+import hmac
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
-from audio_io.capture import CAPTURE_RATE, QueueMicrophone
 from audio_io.sinks import ClockSink
 from tts.frontend.text import normalize_text
 from tts.inference.pipeline import Speech
 from tts.inference.batching import StreamWorker
-from tts.inference.streaming import MODES, StreamingSynthesizer
+from tts.inference.streaming import StreamingSynthesizer
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
-from agent.listen import HeardLine, Listener
 from agent.serve.audio_formats import FORMATS, Encoder, pcm16
-from agent.orchestrator import Agent, AgentConfig
+from agent.serve.metrics import ServerMetrics
+from agent.serve.session import Conversation
+from agent.orchestrator import AgentConfig
 
 VOICES = ("default",)  # the shipped voice; more when more are trained
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")  # the
@@ -64,6 +64,10 @@ class ServeConfig:
     batch_decode: bool = True  # one worker runs every session, decoder steps batched (`tts/inference/batching.py`)
     worker_threads: int = 2  # torch threads of that worker (two cores, 8 sessions: first audible p95 508 ms at 1, 394 at 2)
     turn: AgentConfig = field(default_factory=AgentConfig)  # conversations' and requests' settings (`s5 serve --config`)
+    send_queue_bytes: int = 1 << 20  # what may wait for a conversation's client (about 24 s of audio): a client
+    # that stops reading is closed once more waits, so it cannot hold the server's memory or stall others
+    socket_send_buffer: int = 262144  # the kernel's send buffer per conversation socket, fixed (unset, Linux grows
+    # it to megabytes for a client that does not read): with the queue, what a session can hold is bounded
 
 
 class QueueSink(ClockSink):
@@ -83,24 +87,6 @@ class QueueSink(ClockSink):
 
 def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
-
-
-class SocketSink(ClockSink):
-    """A conversation's player: what it plays goes to the client as binary PCM frames, on the player clock."""
-
-    def __init__(self, sample_rate: int, ws: web.WebSocketResponse):
-        super().__init__(sample_rate, pace=True)
-        self.ws = ws
-
-    def _record(self, samples: np.ndarray) -> None:
-        if not self.ws.closed:
-            asyncio.ensure_future(self.ws.send_bytes(pcm16(samples)))
-
-    def show_words(self, word_times) -> None:
-        """Each word with its place in the reply's audio (seconds from its first sample), sent before that audio."""
-        for word in word_times:
-            if not self.ws.closed:
-                asyncio.ensure_future(self.ws.send_json({"type": "word", **word.to_json()}))
 
 
 def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None, llm_factory=None) -> web.Application:
@@ -126,6 +112,7 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
     if sessions is not None:
         app[SESSIONS] = sessions
     active = {"n": 0}
+    metrics = ServerMetrics(lambda: worker.live_streams if worker is not None else active["n"])
 
     revoiced: dict[tuple[str, str], TTSBundle] = {}
 
@@ -171,13 +158,15 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         if not words:
             return error(400, "input: nothing speakable in it")
         if sessions is None or sessions.locked():
+            metrics.refused.labels("speech").inc()
             return error(503, f"busy: {config.max_sessions} requests are being spoken; try again shortly")
         async with sessions:
             active["n"] += 1
+            metrics.opened.labels("speech").inc()
             try:
                 bundle = bundles[model] if vocoder == "default" else voiced(model, vocoder)
                 return await _stream(request, bundle, model, words, response_format, config.turn.synthesis, worker,
-                                     sse=stream_format == "sse")
+                                     sse=stream_format == "sse", on_done=metrics.speech)
             finally:
                 active["n"] -= 1
 
@@ -185,16 +174,21 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
         if llm_factory is None:
             return error(404, "this server has no LLM: conversations are off")
         if sessions is None or sessions.locked():
+            metrics.refused.labels("conversation").inc()
             return error(503, f"busy: {config.max_sessions} sessions at once; try again shortly")
         ws = web.WebSocketResponse(max_msg_size=64 * 1024, heartbeat=30)
         await ws.prepare(request)
         async with sessions:
             active["n"] += 1
+            metrics.opened.labels("conversation").inc()
             try:
-                await _converse(ws, bundles, llm_factory, config, worker)
+                await _converse(request, ws, bundles, llm_factory, config, worker, metrics)
             finally:
                 active["n"] -= 1
         return ws
+
+    async def metrics_page(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.text(), headers={"Content-Type": metrics.content_type})
 
     async def page(request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
@@ -203,11 +197,12 @@ def create_app(bundles: dict[str, TTSBundle], config: ServeConfig | None = None,
     app.router.add_get("/health", health)
     app.router.add_get("/ws", conversation)
     app.router.add_post("/v1/audio/speech", speech)
+    app.router.add_get("/metrics", metrics_page)
     return app
 
 
 async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: list[str], response_format: str,
-                  synthesis: SynthesisConfig, worker: StreamWorker | None, sse: bool = False):
+                  synthesis: SynthesisConfig, worker: StreamWorker | None, sse: bool = False, on_done=None):
     """Speak `words` into the response, encoded as `response_format`, each piece as soon as it is made; with
     `sse`, as OpenAI's server-sent events (`speech.audio.delta` with base64 audio, then `speech.audio.done`)."""
     rate = bundle.codec.sample_rate
@@ -215,7 +210,8 @@ async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: li
     encoder = Encoder(response_format, rate)
     synth = StreamingSynthesizer(bundle, "s5" if model == "s5" else "t5", replace(synthesis, seed=0), max_stretch=1.0,
                                  worker=worker)
-    speaking = asyncio.create_task(Speech(synth, sink).run(words))
+    speech = Speech(synth, sink)
+    speaking = asyncio.create_task(speech.run(words))
     # a synthesis that fails ends the stream too (the writer below must not wait for audio that never comes)
     speaking.add_done_callback(lambda task: task.cancelled() or task.exception() is None or sink.queue.put_nowait(None))
     content_type = "text/event-stream" if sse else encoder.content_type
@@ -233,7 +229,9 @@ async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: li
     try:
         while (samples := await sink.queue.get()) is not None:
             await send(encoder.encode(samples))
-        await speaking  # a synthesis failure surfaces (the client sees a cut stream; the log has the traceback)
+        result = await speaking  # a synthesis failure surfaces (the client sees a cut stream; the log has it)
+        if on_done is not None:
+            on_done(result)
         await send(encoder.finish())
         if sse:
             usage = {"input_tokens": len(words), "output_tokens": 0, "total_tokens": len(words)}
@@ -244,87 +242,93 @@ async def _stream(request: web.Request, bundle: TTSBundle, model: str, words: li
     return response
 
 
-async def _converse(ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], llm_factory, config: ServeConfig,
-                    worker: StreamWorker | None) -> None:
-    """One conversation: turns run one at a time; a new user line or an interrupt stops the one speaking."""
-    tts = {"s5": bundles["s5"], "t5": bundles.get("t5", bundles["s5"]), "sentence": bundles.get("t5", bundles["s5"])}
-    rate = bundles["s5"].codec.sample_rate
-    llm = llm_factory()
-    agent = Agent(llm, tts, SocketSink(rate, ws), replace(config.turn, synthesis=replace(config.turn.synthesis, seed=0)),
-                  worker=worker,
-                  on_piece=lambda text: asyncio.ensure_future(ws.send_json({"type": "text", "text": text})))
-    await ws.send_json({"type": "ready", "sample_rate": rate, "modes": list(MODES), "microphone_rate": CAPTURE_RATE})
-    turn: asyncio.Task | None = None
-    microphone, hearing = QueueMicrophone(), None
+async def _converse(request: web.Request, ws: web.WebSocketResponse, bundles: dict[str, TTSBundle], llm_factory,
+                    config: ServeConfig, worker: StreamWorker | None, metrics: ServerMetrics) -> None:
+    """The aiohttp adapter of one conversation (`session.Conversation`): socket messages in; its events and audio
+    out through a bounded queue and one writer, so a client that stops reading is closed with a reason instead
+    of holding memory, and never stalls another session."""
+    outbox: asyncio.Queue = asyncio.Queue()
+    waiting = {"bytes": 0}  # what the outbox holds
+    stalled = asyncio.Event()
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is not None and config.socket_send_buffer:
+        import socket
 
-    async def run(text: str, heard: HeardLine | None = None) -> None:
-        record = await agent.run_turn(text, heard=heard)
-        await ws.send_json({"type": "record", "record": record.to_json()})
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.socket_send_buffer)
 
-    async def hear() -> None:
-        """The browser's microphone: Silero VAD + Whisper, half-duplex as in `s5 chat --voice`."""
-        nonlocal turn
-        await Listener.warm_up()
-        async for heard in Listener(microphone).lines():
-            if turn is not None and not turn.done():
-                continue  # the microphone hears the agent itself while it speaks
-            await ws.send_json({"type": "heard", "text": heard.text})
-            if heard.text:
-                turn = asyncio.create_task(run(heard.text, heard))
+    def enqueue(kind: str, payload) -> None:
+        if stalled.is_set():
+            return
+        size = len(payload) if kind == "bytes" else 64
+        if waiting["bytes"] + size > config.send_queue_bytes:
+            stalled.set()
+            return
+        waiting["bytes"] += size
+        outbox.put_nowait((kind, payload, size))
 
+    async def write() -> None:
+        while True:
+            kind, payload, size = await outbox.get()
+            await (ws.send_json(payload) if kind == "json" else ws.send_bytes(payload))
+            waiting["bytes"] -= size
+
+    conversation = Conversation(bundles, llm_factory, config.turn, worker, lambda event: enqueue("json", event),
+                                lambda samples: enqueue("bytes", pcm16(samples)), config.max_input_chars,
+                                on_turn=metrics.turn)
+    writer = asyncio.create_task(write())
+    conversation.ready()
     try:
         while True:
+            receiving = asyncio.create_task(ws.receive(timeout=config.idle_timeout_s))
+            stall = asyncio.create_task(stalled.wait())
+            done, _ = await asyncio.wait({receiving, stall, writer}, return_when=asyncio.FIRST_COMPLETED)
+            stall.cancel()
+            if receiving not in done:
+                receiving.cancel()
+                reason = "the client stopped reading" if stalled.is_set() else "the connection failed"
+                await _close(request, ws, WSCloseCode.POLICY_VIOLATION, reason)
+                break
             try:
-                message = await ws.receive(timeout=config.idle_timeout_s)
+                message = receiving.result()
             except asyncio.TimeoutError:
-                await ws.send_json({"type": "error", "message": f"idle for {config.idle_timeout_s:.0f} s: closing"})
-                await ws.close()
+                enqueue("json", {"type": "error", "message": f"idle for {config.idle_timeout_s:.0f} s: closing"})
+                await asyncio.sleep(0.05)  # let the writer send it
+                await _close(request, ws, WSCloseCode.GOING_AWAY, "idle")
                 break
             if message.type in (web.WSMsgType.CLOSE, web.WSMsgType.CLOSING, web.WSMsgType.CLOSED, web.WSMsgType.ERROR):
                 break
-            if message.type == web.WSMsgType.BINARY:  # microphone: s16le at CAPTURE_RATE
-                hearing = hearing or asyncio.create_task(hear())
-                microphone.feed(np.frombuffer(message.data[: len(message.data) // 2 * 2], "<i2").astype(np.float32) / 32768)
-                continue
-            if message.type != web.WSMsgType.TEXT:
-                continue
-            try:
-                data = message.json()
-                kind = data["type"]
-            except (ValueError, KeyError, TypeError):
-                await ws.send_json({"type": "error", "message": "messages are JSON objects with a \"type\""})
-                continue
-            if kind == "settings":
-                if data.get("mode") not in MODES:
-                    await ws.send_json({"type": "error", "message": f"mode: one of {', '.join(MODES)}"})
-                else:
-                    agent.config.tts_mode = data["mode"]
-            elif kind in ("user", "interrupt"):
-                if turn is not None and not turn.done():
-                    agent.interrupt()
-                    await turn
-                text = str(data.get("text", ""))
-                if kind == "user" and text.strip():
-                    if len(text) > config.max_input_chars:
-                        await ws.send_json({"type": "error", "message": f"text: at most {config.max_input_chars} characters"})
-                    else:
-                        turn = asyncio.create_task(run(text))
-            else:
-                await ws.send_json({"type": "error", "message": f"unknown message type {kind!r}"})
+            if message.type == web.WSMsgType.BINARY:
+                await conversation.receive(message.data)
+            elif message.type == web.WSMsgType.TEXT:
+                try:
+                    data = json.loads(message.data)
+                except ValueError:
+                    data = None
+                await conversation.receive(data if isinstance(data, dict) else {})
     finally:
-        if hearing is not None:
-            hearing.cancel()
-        if turn is not None and not turn.done():
-            agent.interrupt()
-            await asyncio.gather(turn, return_exceptions=True)
-        await llm.close()
+        await conversation.close()
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+
+
+async def _close(request: web.Request, ws: web.WebSocketResponse, code: int, reason: str) -> None:
+    """Close with a reason; a client that reads nothing cannot take the close frame either: then drop it."""
+    try:
+        await asyncio.wait_for(ws.close(code=code, message=reason.encode()), 1.0)
+    except (asyncio.TimeoutError, ConnectionError):
+        if request.transport is not None:
+            request.transport.abort()
 
 
 def _auth(token: str):
     @web.middleware
     async def check(request: web.Request, handler):
-        # a browser cannot set headers on a WebSocket: /ws may carry the token as ?token=
-        given = request.headers.get("Authorization") == f"Bearer {token}" or request.query.get("token") == token
+        # a browser cannot set headers on a WebSocket: /ws may carry the token as ?token=; compared in constant
+        # time, so the time a refusal takes says nothing about how much of a guess was right
+        expected = f"Bearer {token}".encode()
+        header = request.headers.get("Authorization", "").encode()
+        query = f"Bearer {request.query.get('token', '')}".encode()
+        given = hmac.compare_digest(header, expected) | hmac.compare_digest(query, expected)
         if request.path not in ("/", "/health") and not given:
             return error(401, "missing or wrong bearer token")
         return await handler(request)

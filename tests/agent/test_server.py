@@ -219,3 +219,138 @@ def test_an_idle_conversation_is_closed_and_frees_its_slot(bundles):
 
     kind, notice, closed, sessions = call(bundles, idle, ServeConfig(idle_timeout_s=0.3), llm_factory=llm)
     assert kind == "ready" and "idle" in notice["message"] and closed == WSMsgType.CLOSE and sessions == 0
+
+
+class RecordingReplay:
+    """A replayed LLM that remembers the messages each turn was asked with."""
+
+    def __new__(cls, turns):
+        from llm.replay import ReplayLLM, ReplayScript
+
+        llm = ReplayLLM(ReplayScript.from_dict({"name": "rec", "llm": {"first_token_ms": 5, "tokens_per_second": 400},
+                                                "turns": turns}))
+        llm.asked = []
+        stream = llm.stream
+
+        def remembering(messages):
+            llm.asked.append(messages)
+            return stream(messages)
+
+        llm.stream = remembering
+        return llm
+
+
+def test_a_resumed_conversation_answers_with_the_history_the_client_kept(bundles):
+    """The server lost the conversation (a lost replica, a restart); the client reconnects and sends the history it
+    kept: the next turn's request carries it, and the server sends the history back after the turn."""
+    made = []
+
+    def llm():
+        made.append(RecordingReplay([{"user": "What is my name?", "assistant": "Your name is Ana."}]))
+        return made[-1]
+
+    kept = [{"role": "user", "content": "My name is Ana."}, {"role": "assistant", "content": "Nice to meet you, Ana."}]
+
+    async def reconnect(client):
+        ws = await client.ws_connect("/ws")
+        await ws.receive_json()  # ready
+        await ws.send_json({"type": "resume", "history": [{"role": "robot", "content": 1}]})
+        bad = await ws.receive_json()
+        await ws.send_json({"type": "resume", "history": kept, "mode": "s5"})
+        echoed = await ws.receive_json()
+        await ws.send_json({"type": "user", "text": "What is my name?"})
+        history = None
+        while history is None or not any(m["content"] == "What is my name?" for m in history):
+            message = await ws.receive()
+            if message.type == WSMsgType.TEXT and message.json()["type"] == "history":
+                history = message.json()["history"]
+        await ws.close()
+        return bad, echoed, history
+
+    from aiohttp import WSMsgType
+
+    bad, echoed, history = call(bundles, reconnect, llm_factory=llm)
+    assert bad["type"] == "error" and "resume" in bad["message"]
+    assert echoed == {"type": "history", "history": kept}
+    asked = made[0].asked[0]
+    assert asked[1:] == kept + [{"role": "user", "content": "What is my name?"}]  # after the system prompt
+    assert history == kept + [{"role": "user", "content": "What is my name?"},
+                              {"role": "assistant", "content": "Your name is Ana."}]
+
+
+def test_metrics_count_sessions_and_first_sound_behind_the_token(bundles):
+    async def requests(client):
+        headers = {"Authorization": "Bearer tok"}
+        await (await client.post("/v1/audio/speech", json={"input": "Hello there.", "response_format": "pcm"},
+                                 headers=headers)).read()
+        refused = (await client.get("/metrics")).status
+        page = await (await client.get("/metrics", headers=headers)).text()
+        return refused, page
+
+    refused, page = call(bundles, requests, ServeConfig(token="tok"))
+    assert refused == 401
+    assert 's5_sessions_opened_total{kind="speech"} 1.0' in page
+    assert 's5_first_audible_seconds_count{kind="speech"} 1.0' in page and "s5_live_streams 0.0" in page
+
+
+async def silent_client(port: int, text: str):
+    """A WebSocket client that sends one message and then never reads (small buffers, so it stalls soon)."""
+    import base64
+    import json
+    import os
+    import socket
+    import struct
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1024)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write(f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    assert b"101" in await reader.readuntil(b"\r\n\r\n")
+    payload, mask = json.dumps({"type": "user", "text": text}).encode(), os.urandom(4)
+    writer.write(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    await writer.drain()
+    return writer
+
+
+def test_a_client_that_stops_reading_is_closed_and_stalls_no_one(bundles):
+    """One client asks for a long reply and never reads; another converses meanwhile and gets its whole reply;
+    the silent one is closed (its slot freed) once its socket buffer and the bytes it may have waiting are full.
+    (A test of behaviour under load, not of speed: it waits for conditions, with generous bounds.)"""
+    from agent.orchestrator import AgentConfig
+    from tts.inference.synthesis import SynthesisConfig
+
+    long_reply = " ".join(["This sentence keeps the audio coming for a while."] * 30)
+    replies = iter([long_reply, "A short answer, spoken while the other one is stuck."])
+
+    def llm():  # the silent client's conversation opens first: it gets the long reply
+        return RecordingReplay([{"user": "Talk.", "assistant": next(replies)}])
+
+    async def scenario(client):
+        silent = await silent_client(client.server.port, "Talk.")
+        live = await client.ws_connect("/ws")
+        await live.send_json({"type": "user", "text": "Talk."})
+        record = None
+        while record is None:
+            message = await live.receive()
+            if message.type == WSMsgType.TEXT and message.json()["type"] == "record":
+                record = message.json()["record"]
+        for _ in range(200):
+            sessions = (await (await client.get("/health")).json())["sessions"]
+            if sessions == 1:  # only the live one is left
+                break
+            await asyncio.sleep(0.05)
+        await live.close()
+        silent.close()
+        return record, sessions
+
+    from aiohttp import WSMsgType
+
+    config = ServeConfig(send_queue_bytes=65536, socket_send_buffer=16384,
+                         turn=AgentConfig(synthesis=SynthesisConfig(max_frames_per_word=3)))
+    record, sessions = call(bundles, scenario, config, llm_factory=llm)
+    assert record["error"] is None and not record["cancelled"] and record["audio_s"] > 1
+    assert sessions == 1
