@@ -34,10 +34,12 @@ def _bench_serve(args: argparse.Namespace) -> int:
     settings = settings_for("bench serve", args)
     torch.set_num_threads(1)  # as s5 serve: the sessions run on the worker's threads (--threads)
     sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
+    bundles = None if args.url else load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
+                                                  render_threads=1 if args.no_batch else args.threads)
     with progress_bar() as progress:
-        result = asyncio.run(bench_serve(load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
-                                                      render_threads=1 if args.no_batch else args.threads), sentences, counts, args.model, progress,
-                                         batch_decode=not args.no_batch, worker_threads=args.threads))
+        result = asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
+                                         batch_decode=not args.no_batch, worker_threads=args.threads,
+                                         url=args.url, token=args.token))
     if args.plot:
         from agent.bench.plots import plot_serve
 
@@ -178,6 +180,9 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")
     serve_bench.add_argument("--limit", type=int, default=6, help="sentences per client")
+    serve_bench.add_argument("--url", default=None, help="measure this running server (http://HOST:PORT) instead of "
+                             "starting one here")
+    serve_bench.add_argument("--token", default=None, help="the bearer token that server asks for")
     serve_bench.add_argument("--threads", type=int, default=2, help="torch threads of the worker (as s5 serve)")
     serve_bench.add_argument("--plot", type=Path, default=None, help="also draw first audible and underruns against "
                              "sessions into this PNG")

@@ -1,6 +1,6 @@
-"""`s5 bench serve --sessions 1,2,4`: a real server on a loopback port and N clients at once, each asking for the
-benchmark sentences one after another over POST /v1/audio/speech (PCM); each client plays what arrives on a
-real-time player clock, so a late piece of audio is an underrun the listener would hear."""
+"""`s5 bench serve --sessions 1,2,4`: a real server on a loopback port (or any running one: `--url`) and N clients
+at once, each asking for the benchmark sentences one after another over POST /v1/audio/speech (PCM); each client
+plays what arrives on a real-time player clock, so a late piece of audio is an underrun the listener would hear."""
 from __future__ import annotations
 
 import asyncio
@@ -15,11 +15,12 @@ from agent.serve.server import ServeConfig, create_app
 from tts.eval.stream_bench import percentile as pct
 
 
-async def _client(session, url: str, sentences: list[str], model: str) -> dict:
+async def _client(session, url: str, sentences: list[str], model: str, headers: dict | None = None) -> dict:
     firsts, underruns, errors, audio_s, wall_s = [], 0, 0, 0.0, 0.0
     for text in sentences:
         started = time.perf_counter_ns()
-        async with session.post(url, json={"model": model, "input": text, "response_format": "pcm"}) as response:
+        async with session.post(url, json={"model": model, "input": text, "response_format": "pcm"},
+                                headers=headers) as response:
             if response.status != 200:
                 errors += 1
                 await response.read()
@@ -44,25 +45,32 @@ async def _client(session, url: str, sentences: list[str], model: str) -> dict:
     return {"firsts": firsts, "underruns": underruns, "errors": errors, "audio_s": audio_s, "wall_s": wall_s}
 
 
-async def bench_serve(bundles: dict[str, TTSBundle], sentences: list[str], session_counts: list[int],
-                      model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2) -> dict:
+async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str], session_counts: list[int],
+                      model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2,
+                      url: str | None = None, token: str | None = None) -> dict:
+    """`url`: measure that running server (standalone or behind any proxy) instead of starting one here; its CPU
+    time is then not this process's to count."""
     from aiohttp import ClientSession
     from aiohttp.test_utils import TestServer
 
     runs = []
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     task = progress.add_task("bench serve", total=len(session_counts)) if progress else None
     for n in session_counts:
-        server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode,
-                                                             worker_threads=worker_threads)))
-        await server.start_server()
+        server = None
+        if url is None:
+            server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode,
+                                                                 worker_threads=worker_threads)))
+            await server.start_server()
         cpu_started = time.process_time()
         try:
             async with ClientSession() as session:
-                url = str(server.make_url("/v1/audio/speech"))
-                results = await asyncio.gather(*(_client(session, url, sentences, model) for _ in range(n)))
+                speech = url.rstrip("/") + "/v1/audio/speech" if url else str(server.make_url("/v1/audio/speech"))
+                results = await asyncio.gather(*(_client(session, speech, sentences, model, headers) for _ in range(n)))
         finally:
-            await server.close()
-        cpu_s = time.process_time() - cpu_started
+            if server is not None:
+                await server.close()
+        cpu_s = None if url else time.process_time() - cpu_started
         firsts = [f for r in results for f in r["firsts"]]
         audio, wall = sum(r["audio_s"] for r in results), max(r["wall_s"] for r in results)
         runs.append({"sessions": n, "first_audible_ms_p50": pct(firsts, 50), "first_audible_ms_p95": pct(firsts, 95),
@@ -70,9 +78,9 @@ async def bench_serve(bundles: dict[str, TTSBundle], sentences: list[str], sessi
                      # wall time over audio served per session: above 1, the sessions no longer keep real time
                      "rtf": round(wall / (audio / n), 3) if audio else None,
                      # the whole process's CPU seconds (every thread, the clients' too) per second of audio served
-                     "cpu_s_per_audio_s": round(cpu_s / audio, 3) if audio else None})
+                     "cpu_s_per_audio_s": round(cpu_s / audio, 3) if audio and cpu_s is not None else None})
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]
-    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "runs": runs,
+    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "url": url, "runs": runs,
             "streams_real_time": max(clean, default=0)}

@@ -91,3 +91,17 @@ def test_a_bad_request_is_one_line_from_the_client(server):
     with pytest.raises(BadRequestError, match="unknown voice 'robot'"):
         client.audio.speech.create(model="tts-1", voice="robot", input=TEXT)
     assert client.audio.speech.create(model="tts-1", voice="alloy", input="Still here.").content  # still serving
+
+
+@pytest.mark.slow
+def test_bench_serve_measures_a_running_server(server):
+    """`s5 bench serve --url`: the same figures from a server this process did not start."""
+    import asyncio
+
+    from agent.bench.serve import bench_serve
+
+    result = asyncio.run(bench_serve(None, ["Hello there.", "How are you today?"], [1, 2], url=server))
+    assert [r["sessions"] for r in result["runs"]] == [1, 2] and result["url"] == server
+    for run in result["runs"]:
+        assert run["errors"] == 0 and 0 < run["first_audible_ms_p50"] <= run["first_audible_ms_p95"]
+        assert run["cpu_s_per_audio_s"] is None  # not this process's to count
