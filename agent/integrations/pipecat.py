@@ -48,6 +48,8 @@ class S5TTSService(TTSService):
     def __init__(self, *, voice: S5Voice | None = None, **kwargs):
         self.voice = voice or S5Voice.load()
         kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
+        # a reply of nothing speakable (emoji, a code block) is silent by design, not a service gone quiet
+        kwargs.setdefault("max_consecutive_zero_audio_contexts", 0)
         super().__init__(sample_rate=self.voice.bundle.codec.sample_rate, push_text_frames=False,
                          push_start_frame=True, push_stop_frames=False, **kwargs)
         self._utterances: dict[str, tuple[TextSpeech, asyncio.Task]] = {}  # turn context -> its speech

@@ -127,6 +127,17 @@ def test_two_services_in_one_process_share_the_batched_worker(voice):
     assert voice.worker.stats.largest >= 2  # their decoder steps ran in one batch
 
 
+def test_unspeakable_replies_are_silent_and_the_service_goes_on(voice):
+    """Replies with nothing to say (emoji, a code block) give no audio and no error; the next reply speaks."""
+    from pipecat.frames.frames import ErrorFrame
+
+    collector = Collector()
+    frames = reply_frames(["😀", "🎉"]) * 4 + reply_frames(["```", "x = 1", "```"]) + reply_frames()
+    asyncio.run(run((Pipeline([S5TTSService(voice=voice), collector]), frames)))
+    assert not collector.of(ErrorFrame)
+    assert [f.text for f in collector.of(TTSTextFrame)][-1] == "tonight." and collector.of(TTSAudioRawFrame)
+
+
 @pytest.mark.slow
 def test_the_example_pipeline_writes_a_reply(tmp_path):
     """examples/pipecat_agent.py: the embedded LLM and the shipped S5 voice in one pipecat pipeline, a WAV out."""
