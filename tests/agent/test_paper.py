@@ -7,7 +7,7 @@ from llm.replay import ReplayScript, ReplayTurn
 
 def test_the_paper_table_has_a_row_per_model_with_its_own_lookahead(tiny_bundle, monkeypatch):
     bundles = {"k1": tiny_bundle(1), "k2": tiny_bundle(2), "k3": tiny_bundle(3), "t5": tiny_bundle(None)}
-    monkeypatch.setattr(paper, "load_bundle", lambda mode, directory: bundles[Path(directory).name])
+    monkeypatch.setattr(paper, "load_bundle", lambda mode, directory, vocoder=None: bundles[Path(directory).name])
     models = [paper.PaperModel(f"S5 k={k}", Path(f"k{k}"), "s5") for k in (1, 2, 3)]
     models.append(paper.PaperModel("T5", Path("t5"), "t5"))
     script = ReplayScript("paper", [ReplayTurn("hi", "Sure, the train leaves at noon from platform two.")],

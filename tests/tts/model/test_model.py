@@ -21,9 +21,12 @@ def test_paper_config_has_about_160m_parameters():
 
 
 def test_t5_and_s5_share_one_architecture():
+    """The same model but for the mask and S5's learned null state for guidance (`cfg_dropout`)."""
+    import dataclasses
+
     s5, t5 = load_model_config("s5_default"), load_model_config("t5_default")
-    assert s5.lookahead_words == 2 and t5.lookahead_words is None
-    assert _count(s5) == _count(t5) < _count(load_model_config("s5_paper"))
+    assert s5.lookahead_words == 2 and t5.lookahead_words is None and s5.cfg_dropout > 0 == t5.cfg_dropout
+    assert _count(dataclasses.replace(s5, cfg_dropout=0.0)) == _count(t5) < _count(s5) < _count(load_model_config("s5_paper"))
 
 
 def test_unknown_config_keys_are_refused():
