@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+import numpy as np
 from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppedFrame
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
@@ -48,8 +49,6 @@ class S5TTSService(TTSService):
     def __init__(self, *, voice: S5Voice | None = None, **kwargs):
         self.voice = voice or S5Voice.load()
         kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
-        # a reply of nothing speakable (emoji, a code block) is silent by design, not a service gone quiet
-        kwargs.setdefault("max_consecutive_zero_audio_contexts", 0)
         super().__init__(sample_rate=self.voice.bundle.codec.sample_rate, push_text_frames=False,
                          push_start_frame=True, push_stop_frames=False, **kwargs)
         self._utterances: dict[str, tuple[TextSpeech, asyncio.Task]] = {}  # turn context -> its speech
@@ -77,16 +76,23 @@ class S5TTSService(TTSService):
             entry[0].end()
 
     async def _play(self, context_id: str, speech: TextSpeech) -> None:
-        rate = speech.sample_rate
+        rate, spoke = speech.sample_rate, False
         try:
             async for chunk in speech.chunks():
                 if chunk.word_times:
                     await self.add_word_timestamps([(w.word, w.start_s) for w in chunk.word_times], context_id)
                 if len(chunk.samples):
+                    spoke = True
                     await self.stop_ttfb_metrics()
                     await self.append_to_audio_context(
                         context_id, TTSAudioRawFrame(audio=pcm16(chunk.samples), sample_rate=rate, num_channels=1,
                                                      context_id=context_id))
+            if not spoke:  # nothing speakable (emoji, a code block): a moment of silence, so pipecat does not take
+                # a reply that is silent by design for a service gone quiet
+                silence = np.zeros(rate // 50, np.float32)
+                await self.append_to_audio_context(
+                    context_id, TTSAudioRawFrame(audio=pcm16(silence), sample_rate=rate, num_channels=1,
+                                                 context_id=context_id))
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
         except asyncio.CancelledError:

@@ -131,11 +131,35 @@ def test_unspeakable_replies_are_silent_and_the_service_goes_on(voice):
     """Replies with nothing to say (emoji, a code block) give no audio and no error; the next reply speaks."""
     from pipecat.frames.frames import ErrorFrame
 
-    collector = Collector()
+    collector, upstream = Collector(), Collector()  # errors travel upstream, towards the task
     frames = reply_frames(["😀", "🎉"]) * 4 + reply_frames(["```", "x = 1", "```"]) + reply_frames()
-    asyncio.run(run((Pipeline([S5TTSService(voice=voice), collector]), frames)))
-    assert not collector.of(ErrorFrame)
+    asyncio.run(run((Pipeline([upstream, S5TTSService(voice=voice), collector]), frames)))
+    assert not upstream.of(ErrorFrame) and not collector.of(ErrorFrame)
     assert [f.text for f in collector.of(TTSTextFrame)][-1] == "tonight." and collector.of(TTSAudioRawFrame)
+
+
+def test_a_failure_is_one_error_frame_and_the_next_reply_speaks(voice, monkeypatch):
+    """The engine failing mid-reply reaches the pipeline as one pipecat ErrorFrame (one line, no traceback in it);
+    the service goes on with the next reply."""
+    from pipecat.frames.frames import ErrorFrame
+
+    from agent.text_speech import TextSpeech
+
+    chunks, failed = TextSpeech.chunks, []
+
+    async def failing_once(self):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("the render failed")
+        async for chunk in chunks(self):
+            yield chunk
+
+    monkeypatch.setattr(TextSpeech, "chunks", failing_once)
+    collector, upstream = Collector(), Collector()  # errors travel upstream, towards the task
+    asyncio.run(run((Pipeline([upstream, S5TTSService(voice=voice), collector]), reply_frames() + reply_frames())))
+    ours = [f for f in upstream.of(ErrorFrame) if f.error.startswith("S5")]
+    assert len(ours) == 1 and ours[0].error == "S5 failed to speak: RuntimeError: the render failed"
+    assert collector.of(TTSAudioRawFrame)  # the second reply was spoken
 
 
 @pytest.mark.slow
