@@ -299,7 +299,6 @@ async def silent_client(port: int, text: str):
     import json
     import os
     import socket
-    import struct
 
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
