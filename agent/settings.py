@@ -145,9 +145,6 @@ class Resolved:
     origins: dict[str, str] = field(default_factory=dict)
     config_path: Path | None = None
 
-    def origin(self, key: str) -> str:
-        return self.origins[key]
-
 
 def get_setting(obj, key: str):
     for part in key.split("."):
