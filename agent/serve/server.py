@@ -281,8 +281,13 @@ async def _converse(request: web.Request, ws: web.WebSocketResponse, bundles: di
         while True:
             receiving = asyncio.create_task(ws.receive(timeout=config.idle_timeout_s))
             stall = asyncio.create_task(stalled.wait())
-            done, _ = await asyncio.wait({receiving, stall, writer}, return_when=asyncio.FIRST_COMPLETED)
-            stall.cancel()
+            try:
+                done, _ = await asyncio.wait({receiving, stall, writer}, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:  # the server is shutting down
+                receiving.cancel()
+                raise
+            finally:
+                stall.cancel()
             if receiving not in done:
                 receiving.cancel()
                 reason = "the client stopped reading" if stalled.is_set() else "the connection failed"
