@@ -170,7 +170,7 @@ class MelCodec:
 
     @property
     def vocoder(self) -> Vocoder:
-        """Loaded on first use (training and encoding never need it); "auto" is chosen then (`choose_vocoder`)."""
+        """Loaded on first use (training and encoding never need it); "auto" is chosen then (`choose_auto`)."""
         if self._vocoder is None:
             self.use_vocoder(self.config.vocoder)
         return self._vocoder
@@ -183,15 +183,16 @@ class MelCodec:
         self.config = replace(self.config, vocoder=str(name))  # named as chosen, for every report
         self._vocoder = load_vocoder(self.config.vocoder)
 
-    def choose_auto(self, step_s: float, timings: list[VocoderTiming] | None = None) -> tuple[str, str]:
+    def choose_auto(self, step_s: float) -> tuple[str, str]:
         """(vocoder, why): the most natural candidate that meets the bars here (`tts/codec/vocoder_choice.py`),
-        from the cached timings of this machine, timed now when there are none."""
-        timings = timings or read_cached()
-        if timings is None or [t.vocoder for t in timings] != list(CANDIDATES):
+        from the cached timings of this machine, timed now (and cached) when there are none."""
+        timings = read_cached()
+        measured = timings is None or [t.vocoder for t in timings] != list(CANDIDATES)
+        if measured:
             timings = self.time_vocoders()
         if step_s != CODEC_ONLY_STEP_S:  # a model's measured step: `--show-settings` judges by it later
             write_cached(timings, step_s, self.frame_rate)
-        elif read_cached() is None:
+        elif measured:
             write_cached(timings)
         chosen, verdicts = choose(timings, step_s, self.frame_rate)
         return chosen, describe(chosen, verdicts)
