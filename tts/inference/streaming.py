@@ -67,6 +67,7 @@ def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path 
     own, "auto" for the shipped one): "auto" chooses by timing this machine against this model's decoder step
     (`tts/codec/vocoder_choice.py`), "universal" (HiFi-GAN V1), "fast" (iSTFT) or a folder."""
     from tts.codec.mel_codec import MelCodec
+    from tts.codec.vocoder_choice import AUTO
 
     directory = Path(model_dir) if model_dir else default_model_dir(mode)
     if not (directory / "model.safetensors").exists():
@@ -74,7 +75,7 @@ def load_bundle(mode: str, model_dir: Path | str | None = None, codec_dir: Path 
     bundle = TTSBundle.load(directory, codec_dir)
     if isinstance(bundle.codec, MelCodec):
         name = vocoder or bundle.codec.config.vocoder
-        bundle.codec.use_vocoder(name, bundle.time_decoder_step() if name == "auto" else None)
+        bundle.codec.use_vocoder(name, bundle.time_decoder_step() if name == AUTO else None)
     elif vocoder:
         raise UserError("--vocoder goes with the mel codec (this voice uses another codec)")
     bundle.warm_up(render_threads)
