@@ -87,14 +87,16 @@ def _replay(args: argparse.Namespace) -> int:
     from llm.replay import ReplayScript
 
     settings = settings_for("replay", args)
-    script = ReplayScript.load(args.script)
     if args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: at least 1")
+    if args.ray is not None or len(args.scripts) > 1:
+        return _replay_many(args, settings)
+    script = ReplayScript.load(args.scripts[0])
     script.turns = script.turns * args.repeat
     log_to_file()
     mode = settings.tts.mode
     bundles = load_bundles([mode], vocoder=settings.tts.vocoder)
-    out_dir = args.out or Path("replay_out") / args.script.stem
+    out_dir = args.out or Path("replay_out") / args.scripts[0].stem
     out_dir.mkdir(parents=True, exist_ok=True)
 
     async def run(progress):
@@ -115,6 +117,45 @@ def _replay(args: argparse.Namespace) -> int:
             Console(soft_wrap=True).print(f"soak: {json.dumps(soak)}", markup=False, highlight=False)
         err.print(f"{len(result.wavs)} WAVs and latency.jsonl in {out_dir}")
     return 0
+
+
+def _replay_many(args: argparse.Namespace, settings) -> int:
+    """Several scripts (or any with --ray): one latency.jsonl of every turn, each with its script's name, and one
+    summary table; a script that fails is named and the others still play."""
+    from rich.table import Table
+
+    from agent.replay import outcome_rows, play_on_ray, play_scripts, write_outcomes
+    from llm.replay import ReplayScript
+
+    if args.scripts_per_task < 1:
+        raise UserError(f"--scripts-per-task {args.scripts_per_task}: at least 1")
+    scripts = []
+    for path in args.scripts:
+        script = ReplayScript.load(path)  # a missing or bad script stops the run before any model loads
+        script.turns = script.turns * args.repeat
+        script.name = path.stem if script.name in {s.name for s in scripts} | {""} else script.name
+        scripts.append(script)
+    out_dir = args.out or Path("replay_out") / "many"
+    if args.ray is not None:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UserError("--ray needs Ray: pip install 's5-agent[cluster]'") from None
+        outcomes = play_on_ray(scripts, settings, args.ray, args.scripts_per_task)
+    else:
+        outcomes = play_scripts(scripts, settings, out_dir, save_wavs=not args.no_wavs)
+    write_outcomes(outcomes, out_dir / "latency.jsonl")
+    rows = outcome_rows(outcomes)
+    if args.json:
+        print(json.dumps({"scripts": rows, "latency": str(out_dir / "latency.jsonl")}))
+    else:
+        table = Table("script", "turns", "E2E p50 ms", "E2E p95 ms", "underruns", "errors", "failed")
+        for row in rows:
+            table.add_row(*(str(row[k]) if row[k] is not None else "" for k in
+                            ("script", "turns", "e2e_p50_ms", "e2e_p95_ms", "underruns", "errors", "failed")))
+        Console(soft_wrap=True).print(table)
+        err.print(f"every turn's record in {out_dir / 'latency.jsonl'}")
+    return 1 if any(o.error for o in outcomes) else 0
 
 
 def _wyoming(args: argparse.Namespace) -> int:
@@ -230,13 +271,18 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(func=_chat)
 
     rep = commands.add_parser("replay", help="run a YAML conversation script: one WAV per turn and latency records")
-    rep.add_argument("script", type=Path)
+    rep.add_argument("scripts", type=Path, nargs="+", metavar="SCRIPT")
     add_settings_arguments(rep, "replay")
     rep.add_argument("--out", type=Path, default=None, help="default: replay_out/SCRIPT")
     rep.add_argument("--json", action="store_true")
     rep.add_argument("--repeat", type=int, default=1, help="play the script this many times (a soak: latency drift and "
                      "memory growth after warm-up are reported)")
     rep.add_argument("--no-wavs", action="store_true", help="keep the records only")
+    rep.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                     help="play the scripts as Ray tasks on the cluster at ADDRESS (auto: the running one; none: a "
+                     "local one); records only, gathered here")
+    rep.add_argument("--scripts-per-task", type=int, default=4, help="with --ray: scripts a task plays (it loads "
+                     "the voices once)")
     rep.set_defaults(func=_replay)
 
     serve_cli.register(commands)

@@ -92,3 +92,91 @@ async def replay(script: ReplayScript, bundles: dict[str, TTSBundle], config: Ag
         if progress:
             progress.advance(task)
     return ReplayResult(script.name, mode, records, wavs, rss)
+
+
+@dataclass
+class ScriptOutcome:
+    """One script of a many-script replay: its turns' records (JSON), or why it failed."""
+    script: str
+    records: list[dict]
+    error: str | None = None
+    where: str = ""  # the host that played it
+
+
+def play_scripts(scripts: list[ReplayScript], settings, out_dir: Path | None, save_wavs: bool) -> list[ScriptOutcome]:
+    """Play several scripts in this process, the voices loaded once (a Ray task runs this, as does a local run of
+    more than one script); a failing script is reported and the next one still plays."""
+    import socket
+
+    from agent.chat import live_llm, load_bundles
+
+    mode = settings.tts.mode
+    bundles = load_bundles([mode], vocoder=settings.tts.vocoder)
+    outcomes = []
+    for script in scripts:
+        folder = out_dir / script.name if out_dir is not None else None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+        async def run(script=script, folder=folder) -> ReplayResult:
+            async with live_llm(settings.llm, say=lambda m: None) as llm:
+                return await replay(script, bundles, AgentConfig.from_settings(settings, mode), folder,
+                                    save_wavs=save_wavs, llm=llm)
+
+        try:
+            result = asyncio.run(run())
+            outcomes.append(ScriptOutcome(script.name, [r.to_json() for r in result.records], where=socket.gethostname()))
+        except Exception as error:  # noqa: BLE001 - reported by the script's name; the others go on
+            outcomes.append(ScriptOutcome(script.name, [], f"{type(error).__name__}: {error}", socket.gethostname()))
+    return outcomes
+
+
+def play_on_ray(scripts: list[ReplayScript], settings, address: str, scripts_per_task: int) -> list[ScriptOutcome]:
+    """The scripts as Ray tasks across the cluster at `address` ("local": start one here), `scripts_per_task` to a
+    task (each task loads the voices once); the scripts travel with the tasks, so no node needs the files. A task
+    that dies is reported by its scripts' names; the other tasks still finish."""
+    import ray
+
+    local = address == "local"
+    ray.init(address=None if local else address, include_dashboard=False if local else None,
+             logging_level="WARNING", log_to_driver=False)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(play_scripts)
+        groups = [scripts[i : i + scripts_per_task] for i in range(0, len(scripts), scripts_per_task)]
+        futures = [task.remote(group, settings, None, False) for group in groups]
+        outcomes = []
+        for group, future in zip(groups, futures):
+            try:
+                outcomes.extend(ray.get(future))
+            except Exception as error:  # noqa: BLE001 - the task's process died: its scripts failed
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                outcomes.extend(ScriptOutcome(s.name, [], f"the task failed: {reason}") for s in group)
+        return outcomes
+    finally:
+        if local:
+            ray.shutdown()
+
+
+def write_outcomes(outcomes: list[ScriptOutcome], path: Path) -> None:
+    """Every turn's record, each with its script's name, into one latency.jsonl."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for outcome in outcomes:
+            for record in outcome.records:
+                f.write(json.dumps({"script": outcome.script, **record}) + "\n")
+
+
+def outcome_rows(outcomes: list[ScriptOutcome]) -> list[dict]:
+    """The summary table: per script its turns, first sound p50 / p95, underruns, errors (or why it failed); and
+    a last row over every turn."""
+    def row(name: str, records: list[dict], error: str | None = None) -> dict:
+        e2e = [r["e2e_ms"] for r in records if r.get("e2e_ms") is not None]
+        return {"script": name, "turns": len(records), "e2e_p50_ms": percentile(e2e, 50),
+                "e2e_p95_ms": percentile(e2e, 95), "underruns": sum(r.get("underruns", 0) for r in records),
+                "errors": sum(bool(r.get("error")) for r in records), "failed": error}
+
+    rows = [row(o.script, o.records, o.error) for o in outcomes]
+    rows.append(row("all", [r for o in outcomes for r in o.records]))
+    return rows

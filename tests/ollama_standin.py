@@ -2,7 +2,8 @@
 POST /api/chat (streamed message objects, a final object with timing fields, or an {"error": ...} object) and
 GET /api/tags. The model name picks the behaviour: `llama3.3:70b` streams normally, `slow` waits between pieces,
 `error-mid` sends an error object mid-stream, `disconnect` drops the connection mid-stream, `thinker` streams
-thinking text first; any other model is not pulled (404)."""
+thinking text first, `story` streams a reply of about 45 words (some 13 s of speech); any other model is not
+pulled (404)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +15,10 @@ from aiohttp import web
 
 REQUESTS = web.AppKey("requests", list)
 REPLY = ["Sure", ",", " the", " capital", " of", " France", " is", " Paris", "."]
-PULLED = ["llama3.3:70b", "slow", "error-mid", "disconnect", "thinker"]
+STORY = ("Once upon a time a small robot lived in a lighthouse by the sea. Every night it climbed the stairs, "
+         "cleaned the great lamp and counted the ships that passed. One winter a storm broke the lamp, and the robot "
+         "held its own light up until morning came.").split(" ")
+PULLED = ["llama3.3:70b", "slow", "error-mid", "disconnect", "thinker", "story"]
 
 
 def free_port() -> int:
@@ -49,7 +53,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         for piece in ["Let me", " think", "."]:
             await response.write(_part(model, thinking=piece))
         await response.write(_part(model, "<think>hidden</think>"))
-    for i, piece in enumerate(REPLY):
+    for i, piece in enumerate([" " * (i > 0) + w for i, w in enumerate(STORY)] if model == "story" else REPLY):
         if model == "slow":
             await asyncio.sleep(0.05)
         if model == "error-mid" and i == 4:

@@ -3,33 +3,28 @@ from __future__ import annotations
 
 import argparse
 
+from agent.serve.loading import ServerOptions, load_server
 from agent.settings import add_settings_arguments
 from audio_io.errors import UserError
 from tts.cli import err, notice
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from agent.chat import LLMChoice, load_bundles
     from agent.settings import settings_for
-    from agent.orchestrator import AgentConfig
-    from agent.serve.server import ServeConfig, create_app
 
     settings = settings_for("serve", args)
-
+    options = ServerOptions.from_args(args)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         notice(f"serving on {args.host} without --token: anyone who can reach it can use it")
-    import torch
+    if args.ray is not None:
+        from agent.serve.ray_serve import RayOptions, serve_on_ray
 
-    torch.set_num_threads(1)  # the sessions' synthesis runs on the worker's threads (--threads)
-    bundles = load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
-                           render_threads=1 if args.no_batch else args.threads)
-    # each conversation its own LLM (the embedded model is not safe to share between sessions)
-    llm_factory = LLMChoice.from_settings(settings.llm).new if settings.llm.backend != "none" else None
-    app = create_app(bundles, ServeConfig(max_sessions=args.max_sessions, token=args.token, idle_timeout_s=args.idle_timeout,
-                                          batch_decode=not args.no_batch, worker_threads=args.threads,
-                                          turn=AgentConfig.from_settings(settings, "s5")), llm_factory)
+        return serve_on_ray(settings, options, RayOptions.from_args(args))
+    from aiohttp import web
+
+    from agent.serve.server import create_app
+
+    app = create_app(*load_server(settings, options))
     err.print(f"[green]s5 serve: http://{args.host}:{args.port}/health, POST /v1/audio/speech[/]")
     try:
         web.run_app(app, host=args.host, port=args.port, print=None)
@@ -51,4 +46,10 @@ def register(commands) -> None:
                        "decoder steps in one batched pass)")
     serve.add_argument("--threads", type=int, default=2, help="torch threads of the worker that runs every session's "
                        "synthesis (with --no-batch each session runs on a thread of its own with one)")
+    serve.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                       help="deploy on a Ray cluster as a Ray Serve application: ADDRESS of the cluster (auto: the "
+                       "running one); no ADDRESS: start a local one (`pip install s5-agent[cluster]`)")
+    serve.add_argument("--replicas", type=int, default=1, help="with --ray: replicas, each loading the models once")
+    serve.add_argument("--autoscale", default=None, metavar="MIN:MAX",
+                       help="with --ray: scale between MIN and MAX replicas on their live conversations")
     serve.set_defaults(func=_serve)

@@ -62,8 +62,10 @@ class Conversation:
         self.turn: asyncio.Task | None = None
         self.microphone, self.hearing = QueueMicrophone(), None
 
-    def ready(self) -> None:
-        self.send({"type": "ready", "sample_rate": self.rate, "modes": list(MODES), "microphone_rate": CAPTURE_RATE})
+    def ready(self, **extra) -> None:
+        """The first event; `extra` adds what the adapter knows (a Ray replica's name)."""
+        self.send({"type": "ready", "sample_rate": self.rate, "modes": list(MODES), "microphone_rate": CAPTURE_RATE,
+                   **extra})
 
     async def receive(self, message: dict | bytes) -> None:
         """One client message (a parsed JSON object, or microphone bytes)."""

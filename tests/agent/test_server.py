@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.serve.server import SESSIONS, ServeConfig, create_app
+from agent.serve.server import SERVICE, ServeConfig, create_app
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +22,7 @@ def call(bundles, requests, config: ServeConfig | None = None, hold_sessions: bo
         app = create_app(bundles, config, llm_factory)
         async with TestClient(TestServer(app)) as client:
             if hold_sessions:  # every session busy, as if other clients were being answered
-                for _ in range(config.max_sessions):
-                    await app[SESSIONS].acquire()
+                app[SERVICE].active = config.max_sessions
             return await requests(client)
 
     return asyncio.run(run())

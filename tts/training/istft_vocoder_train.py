@@ -183,7 +183,7 @@ class AdversarialLosses:
 def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: IstftVocoderConfig,
                         config: IstftTrainConfig, progress=None, *, start: dict | None = None,
                         on_step: Callable[[int, IstftGenerator, "AdversarialLosses | None"], None] | None = None,
-                        constant_lr: bool = False) -> dict:
+                        constant_lr: bool = False, lr_scale: Callable[[int], float] | None = None) -> dict:
     """Train for `config.minutes` (`train_for_minutes`: resumes from `out`, saves there). `start`: weights to
     begin from where `out` holds no train_state.pt ({"step", "generator", "discriminators"} state dicts: a campaign's
     committed snapshot); `on_step(step, generator, adversarial)` after every step."""
@@ -222,6 +222,6 @@ def train_istft_vocoder(corpus: Path, codec: MelCodec, out: Path, model_config: 
     log = train_for_minutes(generator, optimizer, batch_losses, out, minutes=config.minutes, lr=config.lr, clip_norm=1.0,
                             state_key="generator", label="iSTFT vocoder", warmup_steps=200, extra_state=extra_state,
                             progress=progress, start_step=0 if resumable else (start or {}).get("step", 0),
-                            constant_lr=constant_lr,
+                            constant_lr=constant_lr, lr_scale=lr_scale,
                             on_step=(lambda step: on_step(step, generator, adversarial)) if on_step else None)
     return {**log, "config": asdict(config)}

@@ -54,6 +54,10 @@ class CampaignConfig:
     eval_every_steps: int = 250
     snapshot_minutes: float = 8.0
     threads: int = 1
+    # the rate halves every lr_half_life_steps campaign steps after lr_decay_from_step (None: constant), a function
+    # of the step so that a campaign over many sessions follows one schedule
+    lr_half_life_steps: float | None = None
+    lr_decay_from_step: int = 0
     train: IstftTrainConfig = field(default_factory=IstftTrainConfig)
     model: IstftVocoderConfig = field(default_factory=IstftVocoderConfig)  # the generator's shape
 
@@ -225,9 +229,16 @@ def run_campaign(config: CampaignConfig, minutes: float, log=print) -> dict:
         campaign.validate(0, Vocoder.load(config.train.init_from).generator)  # the curve's first point
     train_config = IstftTrainConfig(**{**asdict(config.train), "minutes": minutes})
     result = train_istft_vocoder(corpus, codec, run_dir, config.model, train_config, start=start,
-                                 on_step=campaign, constant_lr=True)
+                                 on_step=campaign, constant_lr=True, lr_scale=lambda step: lr_scale(config, step))
     campaign.finish()
     return result
+
+
+def lr_scale(config: CampaignConfig, step: int) -> float:
+    """The campaign's rate at `step`, as a fraction of `train.lr`."""
+    if config.lr_half_life_steps is None:
+        return 1.0
+    return 0.5 ** (max(0, step - config.lr_decay_from_step) / config.lr_half_life_steps)
 
 
 def _mel_codec(config: CampaignConfig) -> MelCodec:

@@ -111,6 +111,7 @@ def segments(mels: list[np.ndarray], count: int, length: int, rng: np.random.Gen
 def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch_losses, out: Path, *,
                       minutes: float, lr: float, clip_norm: float, state_key: str, label: str, warmup_steps: int = 0,
                       extra_state: dict | None = None, progress=None, start_step: int = 0, constant_lr: bool = False,
+                      lr_scale: Callable[[int], float] | None = None,
                       on_step: Callable[[int], None] | None = None) -> dict:
     """The vocoders' training loop: resume from out/train_state.pt if it is there, then step for `minutes` of wall
     time (AdamW's rate on a cosine over that budget, after `warmup_steps` counted over the whole run), writing
@@ -118,7 +119,8 @@ def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     state, to resume; not for git) every 5 minutes and at the end. batch_losses() -> named losses of one batch,
     `total` minimised. `extra_state`: more modules and optimizers (a discriminator's) saved and resumed with it, by
     name; batch_losses steps those itself. `start_step`: where a run resumed from saved weights (not from
-    train_state.pt) counts from; `constant_lr`: no cosine (a campaign over many sessions keeps its rate); `on_step`
+    train_state.pt) counts from; `constant_lr`: no cosine (a campaign over many sessions keeps its rate, or scales it
+    by `lr_scale(step)`, a function of the campaign's step so that every session continues one schedule); `on_step`
     is called after every step (a campaign validates and snapshots from it). Returns the step count and the minutes
     taken."""
     extra_state = extra_state or {}
@@ -145,7 +147,10 @@ def train_for_minutes(model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     while (elapsed := time.monotonic() - started) < deadline_s:
         warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
         for group in optimizer.param_groups:
-            decay = 1.0 if constant_lr else 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
+            if constant_lr:
+                decay = lr_scale(step) if lr_scale else 1.0
+            else:
+                decay = 0.5 * (1 + np.cos(np.pi * min(elapsed / deadline_s, 1.0)))
             group["lr"] = lr * warm * decay
         losses = batch_losses()
         optimizer.zero_grad()

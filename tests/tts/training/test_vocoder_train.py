@@ -218,7 +218,17 @@ def test_campaign_recipes_resume_from_their_own_folders():
     cpu = load_campaign_config(CONFIGS / "vocoder_gan.yaml")
     gpu = load_campaign_config(CONFIGS / "vocoder_gan_gpu.yaml")
     assert repo_path(gpu.checkpoint_dir) != repo_path(cpu.checkpoint_dir)
-    assert gpu.validation_file == cpu.validation_file and gpu.train.teacher == cpu.train.teacher  # from the base
+    assert gpu.validation_file == cpu.validation_file and gpu.train.lr == 2e-4 and gpu.train.batch == 32
+    assert gpu.model.lookahead == 2 and gpu.train.teacher == "" and cpu.train.teacher == "universal"  # its own
     start = committed_start(repo_path(cpu.checkpoint_dir))
     assert start is not None and start["step"] > 0
     IstftGenerator(cpu.model).load_state_dict(start["generator"])  # raises on any shape the recipe does not build
+
+
+def test_the_campaign_rate_halves_by_step_so_that_sessions_continue_one_schedule():
+    from tts.training.vocoder_campaign import CampaignConfig, lr_scale
+
+    assert lr_scale(CampaignConfig(), 50_000) == 1.0  # no half-life: constant
+    config = CampaignConfig(lr_half_life_steps=4000, lr_decay_from_step=13_250)
+    assert lr_scale(config, 10_000) == 1.0 and lr_scale(config, 13_250) == 1.0
+    assert lr_scale(config, 17_250) == pytest.approx(0.5) and lr_scale(config, 21_250) == pytest.approx(0.25)
