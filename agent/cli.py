@@ -124,14 +124,19 @@ def _replay_many(args: argparse.Namespace, settings) -> int:
     summary table; a script that fails is named and the others still play."""
     from rich.table import Table
 
-    from agent.replay import outcome_rows, play_on_ray, play_scripts, write_outcomes
+    from agent.replay import ScriptOutcome, outcome_rows, play_on_ray, play_scripts, write_outcomes
+    from llm.base import LLMError
     from llm.replay import ReplayScript
 
     if args.scripts_per_task < 1:
         raise UserError(f"--scripts-per-task {args.scripts_per_task}: at least 1")
-    scripts = []
+    scripts, unreadable = [], []
     for path in args.scripts:
-        script = ReplayScript.load(path)  # a missing or bad script stops the run before any model loads
+        try:
+            script = ReplayScript.load(path)
+        except LLMError as error:  # named in the table; the others still play
+            unreadable.append(ScriptOutcome(path.stem, [], str(error)))
+            continue
         script.turns = script.turns * args.repeat
         script.name = path.stem if script.name in {s.name for s in scripts} | {""} else script.name
         scripts.append(script)
@@ -141,9 +146,10 @@ def _replay_many(args: argparse.Namespace, settings) -> int:
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--ray needs Ray: pip install 's5-agent[cluster]'") from None
-        outcomes = play_on_ray(scripts, settings, args.ray, args.scripts_per_task)
+        outcomes = play_on_ray(scripts, settings, args.ray, args.scripts_per_task) if scripts else []
     else:
-        outcomes = play_scripts(scripts, settings, out_dir, save_wavs=not args.no_wavs)
+        outcomes = play_scripts(scripts, settings, out_dir, save_wavs=not args.no_wavs) if scripts else []
+    outcomes += unreadable
     write_outcomes(outcomes, out_dir / "latency.jsonl")
     rows = outcome_rows(outcomes)
     if args.json:

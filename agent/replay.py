@@ -100,15 +100,15 @@ class ScriptOutcome:
     script: str
     records: list[dict]
     error: str | None = None
-    where: str = ""  # the host that played it
+    where: str = ""  # what played it: the Ray node's id, or this host's name
 
 
 def play_scripts(scripts: list[ReplayScript], settings, out_dir: Path | None, save_wavs: bool) -> list[ScriptOutcome]:
     """Play several scripts in this process, the voices loaded once (a Ray task runs this, as does a local run of
     more than one script); a failing script is reported and the next one still plays."""
-    import socket
-
     from agent.chat import live_llm, load_bundles
+
+    where = _where()
 
     mode = settings.tts.mode
     bundles = load_bundles([mode], vocoder=settings.tts.vocoder)
@@ -125,10 +125,22 @@ def play_scripts(scripts: list[ReplayScript], settings, out_dir: Path | None, sa
 
         try:
             result = asyncio.run(run())
-            outcomes.append(ScriptOutcome(script.name, [r.to_json() for r in result.records], where=socket.gethostname()))
+            outcomes.append(ScriptOutcome(script.name, [r.to_json() for r in result.records], where=where))
         except Exception as error:  # noqa: BLE001 - reported by the script's name; the others go on
-            outcomes.append(ScriptOutcome(script.name, [], f"{type(error).__name__}: {error}", socket.gethostname()))
+            outcomes.append(ScriptOutcome(script.name, [], f"{type(error).__name__}: {error}", where))
     return outcomes
+
+
+def _where() -> str:
+    import socket
+    import sys
+
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    return socket.gethostname()
 
 
 def play_on_ray(scripts: list[ReplayScript], settings, address: str, scripts_per_task: int) -> list[ScriptOutcome]:
@@ -171,12 +183,12 @@ def write_outcomes(outcomes: list[ScriptOutcome], path: Path) -> None:
 def outcome_rows(outcomes: list[ScriptOutcome]) -> list[dict]:
     """The summary table: per script its turns, first sound p50 / p95, underruns, errors (or why it failed); and
     a last row over every turn."""
-    def row(name: str, records: list[dict], error: str | None = None) -> dict:
+    def row(name: str, records: list[dict], error: str | None = None, where: str = "") -> dict:
         e2e = [r["e2e_ms"] for r in records if r.get("e2e_ms") is not None]
         return {"script": name, "turns": len(records), "e2e_p50_ms": percentile(e2e, 50),
                 "e2e_p95_ms": percentile(e2e, 95), "underruns": sum(r.get("underruns", 0) for r in records),
-                "errors": sum(bool(r.get("error")) for r in records), "failed": error}
+                "errors": sum(bool(r.get("error")) for r in records), "failed": error, "where": where}
 
-    rows = [row(o.script, o.records, o.error) for o in outcomes]
+    rows = [row(o.script, o.records, o.error, o.where) for o in outcomes]
     rows.append(row("all", [r for o in outcomes for r in o.records]))
     return rows

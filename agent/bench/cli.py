@@ -36,10 +36,28 @@ def _bench_serve(args: argparse.Namespace) -> int:
     sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
     bundles = None if args.url else load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
                                                   render_threads=1 if args.no_batch else args.threads)
+    urls = [u.strip() for u in args.url.split(",") if u.strip()] if args.url else [None]
+    if args.idle < 0:
+        raise UserError(f"--idle {args.idle}: at least 0")
+    if len(urls) > 1 and args.plot:
+        raise UserError("--plot draws one server's runs: give one --url")
+
+    def measure(url, counts, progress):
+        return asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
+                                       batch_decode=not args.no_batch, worker_threads=args.threads,
+                                       url=url, token=args.token, idle=args.idle))
+
     with progress_bar() as progress:
-        result = asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
-                                         batch_decode=not args.no_batch, worker_threads=args.threads,
-                                         url=args.url, token=args.token))
+        if len(urls) == 1:
+            result = measure(urls[0], counts, progress)
+        else:  # side by side: each session count on every server in turn, so that drift hits them alike
+            by_url: dict = {}
+            for n in counts:
+                for url in urls:
+                    by_url.setdefault(url, []).append(measure(url, [n], None))
+            result = {"servers": [{**parts[0], "runs": [p["runs"][0] for p in parts],
+                                   "streams_real_time": max((p["streams_real_time"] for p in parts), default=0)}
+                                  for parts in by_url.values()]}
     if args.plot:
         from agent.bench.plots import plot_serve
 
@@ -47,8 +65,9 @@ def _bench_serve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        for run in result["runs"]:
-            Console().print(run)
+        for server in result.get("servers", [result]):
+            for run in server["runs"]:
+                Console().print({"url": server["url"], **run} if server["url"] else run)
     return 0
 
 
@@ -181,7 +200,9 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")
     serve_bench.add_argument("--limit", type=int, default=6, help="sentences per client")
     serve_bench.add_argument("--url", default=None, help="measure this running server (http://HOST:PORT) instead of "
-                             "starting one here")
+                             "starting one here; several, comma-separated: side by side, each count on each in turn")
+    serve_bench.add_argument("--idle", type=int, default=0, help="hold this many more connections open, idle, "
+                             "during the run")
     serve_bench.add_argument("--token", default=None, help="the bearer token that server asks for")
     serve_bench.add_argument("--threads", type=int, default=2, help="torch threads of the worker (as s5 serve)")
     serve_bench.add_argument("--plot", type=Path, default=None, help="also draw first audible and underruns against "

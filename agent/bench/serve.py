@@ -1,6 +1,9 @@
 """`s5 bench serve --sessions 1,2,4`: a real server on a loopback port (or any running one: `--url`) and N clients
 at once, each asking for the benchmark sentences one after another over POST /v1/audio/speech (PCM); each client
-plays what arrives on a real-time player clock, so a late piece of audio is an underrun the listener would hear."""
+plays what arrives on a real-time player clock, so a late piece of audio is an underrun the listener would hear.
+A client whose request fails on the way (a refused connection, a cut stream, a 502/503 from a proxy whose replica
+died) asks again, as an app would, up to `RETRIES` times: each is a reconnect, counted. `idle` more connections are
+held open, doing nothing, for the whole run (clients that connected and went quiet)."""
 from __future__ import annotations
 
 import asyncio
@@ -15,16 +18,26 @@ from agent.serve.server import ServeConfig, create_app
 from tts.eval.stream_bench import percentile as pct
 
 
-async def _client(session, url: str, sentences: list[str], model: str, headers: dict | None = None) -> dict:
-    firsts, underruns, errors, audio_s, wall_s = [], 0, 0, 0.0, 0.0
-    for text in sentences:
-        started = time.perf_counter_ns()
+RETRIES = 3
+
+
+class _Retry(Exception):
+    pass
+
+
+async def _speak(session, url: str, text: str, model: str, headers: dict | None) -> ClockSink | None:
+    """One sentence played on a real-time player clock; None: refused for good; _Retry: ask again."""
+    import aiohttp
+
+    try:
         async with session.post(url, json={"model": model, "input": text, "response_format": "pcm"},
                                 headers=headers) as response:
-            if response.status != 200:
-                errors += 1
+            if response.status in (502, 503, 504):
                 await response.read()
-                continue
+                raise _Retry
+            if response.status != 200:
+                await response.read()
+                return None
             rate = int(response.headers["X-Sample-Rate"])
             player = ClockSink(rate, pace=False)
             player.begin_turn()
@@ -36,18 +49,53 @@ async def _client(session, url: str, sentences: list[str], model: str, headers: 
                 if cut:
                     player.write(np.frombuffer(data[:cut], "<i2").astype(np.float32) / 32768)
             player.end_turn()
+            return player
+    except (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError):
+        raise _Retry from None
+
+
+async def _client(session, url: str, sentences: list[str], model: str, headers: dict | None = None) -> dict:
+    firsts, underruns, errors, audio_s, wall_s, reconnects = [], 0, 0, 0.0, 0.0, 0
+    for text in sentences:
+        started = time.perf_counter_ns()
+        player = None
+        for attempt in range(RETRIES + 1):
+            try:
+                player = await _speak(session, url, text, model, headers)
+                break
+            except _Retry:
+                if attempt < RETRIES:
+                    reconnects += 1
+                    await asyncio.sleep(0.2 * (attempt + 1))
+        if player is None:
+            errors += 1
+            continue
         wall_s += (time.perf_counter_ns() - started) / 1e9
         stats = player.stats
         if stats.first_audible_ns is not None:
             firsts.append((stats.first_audible_ns - started) / 1e6)
         underruns += stats.underruns
-        audio_s += stats.played_samples / rate
-    return {"firsts": firsts, "underruns": underruns, "errors": errors, "audio_s": audio_s, "wall_s": wall_s}
+        audio_s += stats.played_samples / player.sample_rate
+    return {"firsts": firsts, "underruns": underruns, "errors": errors, "audio_s": audio_s, "wall_s": wall_s,
+            "reconnects": reconnects}
+
+
+async def _idle_connections(url: str, n: int) -> list:
+    """`n` connections that sent half a request and went quiet."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    writers = []
+    for _ in range(n):
+        _, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+        writer.write(f"GET /health HTTP/1.1\r\nHost: {parts.hostname}\r\n".encode())
+        writers.append(writer)
+    return writers
 
 
 async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str], session_counts: list[int],
                       model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2,
-                      url: str | None = None, token: str | None = None) -> dict:
+                      url: str | None = None, token: str | None = None, idle: int = 0) -> dict:
     """`url`: measure that running server (standalone or behind any proxy) instead of starting one here; its CPU
     time is then not this process's to count."""
     from aiohttp import ClientSession
@@ -62,12 +110,16 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
             server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode,
                                                                  worker_threads=worker_threads)))
             await server.start_server()
+        base = url.rstrip("/") if url else str(server.make_url("")).rstrip("/")
+        quiet = await _idle_connections(base, idle)
         cpu_started = time.process_time()
         try:
             async with ClientSession() as session:
-                speech = url.rstrip("/") + "/v1/audio/speech" if url else str(server.make_url("/v1/audio/speech"))
+                speech = base + "/v1/audio/speech"
                 results = await asyncio.gather(*(_client(session, speech, sentences, model, headers) for _ in range(n)))
         finally:
+            for writer in quiet:
+                writer.close()
             if server is not None:
                 await server.close()
         cpu_s = None if url else time.process_time() - cpu_started
@@ -75,6 +127,7 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         audio, wall = sum(r["audio_s"] for r in results), max(r["wall_s"] for r in results)
         runs.append({"sessions": n, "first_audible_ms_p50": pct(firsts, 50), "first_audible_ms_p95": pct(firsts, 95),
                      "underruns": sum(r["underruns"] for r in results), "errors": sum(r["errors"] for r in results),
+                     "reconnects": sum(r["reconnects"] for r in results),
                      # wall time over audio served per session: above 1, the sessions no longer keep real time
                      "rtf": round(wall / (audio / n), 3) if audio else None,
                      # the whole process's CPU seconds (every thread, the clients' too) per second of audio served
@@ -82,5 +135,5 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]
-    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "url": url, "runs": runs,
+    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "url": url, "idle": idle, "runs": runs,
             "streams_real_time": max(clean, default=0)}

@@ -352,3 +352,81 @@ def test_a_client_that_stops_reading_is_closed_and_stalls_no_one(bundles):
     record, sessions = call(bundles, scenario, config, llm_factory=llm)
     assert record["error"] is None and not record["cancelled"] and record["audio_s"] > 1
     assert sessions == 1
+
+
+def test_five_hundred_idle_connections_leave_live_sessions_whole(bundles):
+    """500 clients connected and idle (half sent half a request and stopped, half are keep-alive connections after
+    a request) while a conversation and a speech request run: both complete whole, and the idle ones hold no
+    session slot. How much they slow the live ones is a benchmark figure (`s5 bench serve --idle 500`)."""
+    from aiohttp import WSMsgType
+
+    def llm():
+        return RecordingReplay([{"user": "Hi.", "assistant": "Five hundred others are waiting quietly."}])
+
+    async def scenario(client):
+        idle = []
+        for i in range(500):
+            reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+            if i % 2:
+                writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the end of its headers
+            else:
+                writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                await reader.readuntil(b"}")  # answered; the connection stays open, idle
+            idle.append(writer)
+        await asyncio.gather(*(w.drain() for w in idle))
+        live = await client.ws_connect("/ws")
+        await live.send_json({"type": "user", "text": "Hi."})
+        speech = client.post("/v1/audio/speech", json={"input": "The others wait.", "response_format": "pcm"})
+        record, audio = None, b""
+        async with await speech as response:
+            audio = await response.read()
+        while record is None:
+            message = await live.receive()
+            if message.type == WSMsgType.TEXT and message.json()["type"] == "record":
+                record = message.json()["record"]
+        sessions = (await (await client.get("/health")).json())["sessions"]
+        await live.close()
+        for writer in idle:
+            writer.close()
+        return record, len(audio), sessions
+
+    record, speech_bytes, sessions = call(bundles, scenario, llm_factory=llm)
+    assert record["error"] is None and record["reply"] == "Five hundred others are waiting quietly."
+    assert speech_bytes > 0 and sessions == 1  # only the live conversation holds a slot
+
+
+def test_bench_serve_asks_again_when_a_stream_is_cut_and_counts_the_reconnect():
+    """A server whose first answer is cut mid-stream (as when a replica dies) and whose second is a 503 (as
+    Ray's proxy answers while it has no replica): the client asks again each time and counts it."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from agent.bench.serve import bench_serve
+
+    calls = {"n": 0}
+
+    async def speech(request):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            return web.json_response({"error": {"message": "no replica"}}, status=503)
+        response = web.StreamResponse(headers={"X-Sample-Rate": "22050"})
+        await response.prepare(request)
+        await response.write(np.full(2205, 1000, "<i2").tobytes())
+        if calls["n"] == 1:
+            request.transport.close()  # the replica died
+            return response
+        await response.write_eof()
+        return response
+
+    async def run():
+        app = web.Application()
+        app.router.add_post("/v1/audio/speech", speech)
+        server = TestServer(app)
+        await server.start_server()
+        try:
+            return await bench_serve(None, ["One sentence."], [1], url=str(server.make_url("")))
+        finally:
+            await server.close()
+
+    run_ = asyncio.run(run())["runs"][0]
+    assert run_["reconnects"] == 2 and run_["errors"] == 0 and calls["n"] == 3
