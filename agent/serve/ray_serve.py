@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import signal
+import threading
 from dataclasses import dataclass
 
 from agent.serve.loading import ServerOptions, load_server
@@ -186,11 +187,12 @@ def serve_on_ray(settings, options: ServerOptions, ray_options: RayOptions) -> i
              else f"{ray_options.replicas} replica{'s' * (ray_options.replicas > 1)}")
     err.print(f"[green]s5 serve on Ray ({scale}): http://{ray_options.host}:{ray_options.port}/health, "
               "POST /v1/audio/speech[/]")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # after Ray's own handlers, which would keep the driver alive
+        signal.signal(signum, lambda *_: stop.set())
     try:
-        while True:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(1.0):
+            pass
     finally:
         serve.delete(APP_NAME)
         if local:

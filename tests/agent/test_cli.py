@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tts.paths import EXAMPLES
+
 
 def s5(*args: str, timeout: int = 600, cwd=None, subprocess_run: bool = False, typed: str | None = None
        ) -> subprocess.CompletedProcess:
@@ -123,3 +125,18 @@ def test_bench_model_json():
     for key in ("params_paper", "params_default", "train_step_s_default", "ms_per_frame_cached", "ms_per_frame_naive", "cached_speedup"):
         assert key in data
     assert 150e6 <= data["params_paper"] <= 170e6 and data["cached_vs_naive_max_abs_diff"] < 1e-3
+
+
+@pytest.mark.slow
+def test_replay_of_several_scripts_gathers_one_table_and_names_the_one_that_fails(tmp_path):
+    """Without --ray, as with it (tests/agent/test_replay_ray.py): one process, the voices loaded once."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("turns: []\n")
+    result = s5("replay", str(EXAMPLES / "short_answers.yaml"), str(broken), "--json", "--no-wavs",
+                "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    rows = {row["script"]: row for row in json.loads(result.stdout.strip().splitlines()[-1])["scripts"]}
+    assert rows["short answers"]["turns"] == 3 and rows["short answers"]["failed"] is None
+    assert "non-empty `turns:`" in rows["broken"]["failed"] and rows["all"]["turns"] == 3
+    lines = (tmp_path / "out" / "latency.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["script"] == "short answers" for line in lines)
