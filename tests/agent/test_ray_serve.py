@@ -18,7 +18,7 @@ import pytest
 from tests.ollama_standin import free_port
 
 pytest.importorskip("ray", reason="s5 serve --ray needs s5-agent[cluster]")
-pytestmark = pytest.mark.slow
+
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +149,7 @@ def pid_of(url: str, replica: str) -> int:
     raise AssertionError(f"replica {replica} never answered /health")
 
 
+@pytest.mark.slow
 def test_a_killed_replica_costs_its_user_the_rest_of_one_reply_and_no_one_else_anything(served, ollama):
     import aiohttp
 
@@ -181,6 +182,7 @@ def test_a_killed_replica_costs_its_user_the_rest_of_one_reply_and_no_one_else_a
     assert "My name is Ada." in asked and asked[-1] == "What is my name?"
 
 
+@pytest.mark.slow
 def test_ray_exports_every_replicas_metrics(served, cluster):
     """Through Ray's own Prometheus export (one port per node), no /metrics route behind the proxy."""
     url, _ = served
@@ -199,6 +201,7 @@ def test_ray_exports_every_replicas_metrics(served, cluster):
     assert urllib.request.urlopen(url + "/health").status == 200
 
 
+@pytest.mark.slow
 def test_a_scale_down_lets_the_reply_end_then_moves_the_conversation(served, cluster, ollama):
     """Redeployed from 2 replicas to 1 while both speak: the stopped replica's user hears the whole reply, then
     is closed with 1012 and resumes on the other; the other's user notices nothing."""
@@ -240,3 +243,27 @@ def test_a_scale_down_lets_the_reply_end_then_moves_the_conversation(served, clu
 async def _probe(session, url: str) -> str:
     async with session.get(url + "/health") as response:
         return (await response.json())["replica"]
+
+
+def test_deployment_options_come_from_what_limits_a_replica():
+    """No cluster needed: the options `s5 serve --ray` hands Ray Serve."""
+    import argparse
+
+    from agent.serve.loading import ServerOptions
+    from agent.serve.ray_serve import RayOptions, deployment_options, longest_reply_s
+    from audio_io.errors import UserError
+
+    def ray_options(**flags):
+        return RayOptions.from_args(argparse.Namespace(**{"ray": "auto", "replicas": 1, "autoscale": None,
+                                                          "host": "127.0.0.1", "port": 8080, **flags}))
+
+    options = ServerOptions(max_sessions=8, threads=2)
+    fixed = deployment_options(options, ray_options(replicas=3))
+    assert fixed["num_replicas"] == 3 and "autoscaling_config" not in fixed
+    assert fixed["max_ongoing_requests"] == 8 and fixed["ray_actor_options"] == {"num_cpus": 2}
+    assert fixed["graceful_shutdown_timeout_s"] > longest_reply_s(4096) > 200  # a 4096-character reply ends first
+    scaled = deployment_options(options, ray_options(autoscale="2:6"))["autoscaling_config"]
+    assert (scaled["min_replicas"], scaled["max_replicas"]) == (2, 6) and scaled["target_ongoing_requests"] == 6
+    for bad in ("6:2", "two:six", "3"):
+        with pytest.raises(UserError, match="--autoscale"):
+            ray_options(autoscale=bad)
