@@ -39,16 +39,27 @@ def _bench_serve(args: argparse.Namespace) -> int:
     urls = [u.strip() for u in args.url.split(",") if u.strip()] if args.url else [None]
     if args.idle < 0:
         raise UserError(f"--idle {args.idle}: at least 0")
-    if len(urls) > 1 and args.plot:
+    if (len(urls) > 1 or args.compare_renders) and args.plot:
         raise UserError("--plot draws one server's runs: give one --url")
 
-    def measure(url, counts, progress):
+    if args.compare_renders and (args.url or args.no_batch):
+        raise UserError("--compare-renders runs its own server with batched decoder steps: no --url, no --no-batch")
+
+    def measure(url, counts, progress, batch_render: bool = not args.no_batch_render):
         return asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
                                        batch_decode=not args.no_batch, worker_threads=args.threads,
-                                       url=url, token=args.token, idle=args.idle))
+                                       url=url, token=args.token, idle=args.idle, batch_render=batch_render))
 
     with progress_bar() as progress:
-        if len(urls) == 1:
+        if args.compare_renders:  # side by side: each session count with renders batched, then each alone
+            by_mode: dict = {}
+            for n in counts:
+                for batch_render in (True, False):
+                    by_mode.setdefault(batch_render, []).append(measure(None, [n], None, batch_render))
+            result = {"servers": [{**parts[0], "runs": [p["runs"][0] for p in parts],
+                                   "streams_real_time": max((p["streams_real_time"] for p in parts), default=0)}
+                                  for parts in by_mode.values()]}
+        elif len(urls) == 1:
             result = measure(urls[0], counts, progress)
         else:  # side by side: each session count on every server in turn, so that drift hits them alike
             by_url: dict = {}
@@ -67,7 +78,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
     else:
         for server in result.get("servers", [result]):
             for run in server["runs"]:
-                Console().print({"url": server["url"], **run} if server["url"] else run)
+                label = {"url": server["url"]} if server["url"] else {"batch_render": server["batch_render"]}
+                Console().print({**label, **run})
     return 0
 
 
@@ -195,6 +207,10 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--sessions", default="1,2,4,8,16")
     add_settings_arguments(serve_bench, "bench serve")
     serve_bench.add_argument("--no-batch", action="store_true", help="each session on a thread of its own (the comparison)")
+    serve_bench.add_argument("--no-batch-render", action="store_true", help="decoder steps batched, but each session's "
+                             "renders alone (the comparison)")
+    serve_bench.add_argument("--compare-renders", action="store_true", help="each session count twice in turn: renders "
+                             "batched across sessions, then each alone")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")

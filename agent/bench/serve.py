@@ -95,7 +95,8 @@ async def _idle_connections(url: str, n: int) -> list:
 
 async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str], session_counts: list[int],
                       model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2,
-                      url: str | None = None, token: str | None = None, idle: int = 0) -> dict:
+                      url: str | None = None, token: str | None = None, idle: int = 0,
+                      batch_render: bool = True) -> dict:
     """`url`: measure that running server (standalone or behind any proxy) instead of starting one here; its CPU
     time is then not this process's to count."""
     from aiohttp import ClientSession
@@ -108,7 +109,8 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         server = None
         if url is None:
             server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode,
-                                                                 worker_threads=worker_threads)))
+                                                                 worker_threads=worker_threads,
+                                                                 batch_render=batch_render)))
             await server.start_server()
         base = url.rstrip("/") if url else str(server.make_url("")).rstrip("/")
         quiet = await _idle_connections(base, idle)
@@ -135,5 +137,6 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]
-    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "url": url, "idle": idle, "runs": runs,
+    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "batch_render": batch_render,
+            "url": url, "idle": idle, "runs": runs,
             "streams_real_time": max(clean, default=0)}

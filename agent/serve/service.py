@@ -53,6 +53,7 @@ class ServeConfig:
     idle_timeout_s: float = 300.0  # a conversation with no message for this long is closed (its slot freed)
     batch_decode: bool = True  # one worker runs every session, decoder steps batched (`tts/inference/batching.py`)
     worker_threads: int = 2  # torch threads of that worker
+    batch_render: bool = True  # that worker renders the sessions' pending frames in one pass (False: each alone)
     turn: AgentConfig = field(default_factory=AgentConfig)  # conversations' and requests' settings (`--config`)
     send_queue_bytes: int = 1 << 20  # what may wait for a conversation's client (about 24 s of audio): a client
     # that stops reading is closed once more waits, so it cannot hold the server's memory or stall others
@@ -141,7 +142,7 @@ class VoiceService:
         self.bundles, self.config, self.llm_factory, self.metrics = bundles, config, llm_factory, metrics
         self.replica = replica
         # one worker for every voice and session: two threads of their own would fight over the cores
-        self.worker = StreamWorker(config.worker_threads) if config.batch_decode else None
+        self.worker = StreamWorker(config.worker_threads, config.batch_render) if config.batch_decode else None
         self.active = 0  # sessions holding a slot
         self.draining, self.drained = False, asyncio.Event()  # set by `drain`
         self.revoiced: dict[tuple[str, str], TTSBundle] = {}

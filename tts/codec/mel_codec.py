@@ -27,6 +27,9 @@ from tts.codec.streaming_conv import (
     StreamConvTranspose1d,
     StreamState,
     aligned_sum,
+    split_state,
+    stack_states,
+    state_signature,
 )
 from audio_io.errors import UserError
 from tts.codec.base import held_back_frames
@@ -305,3 +308,62 @@ class StreamingMelDecoder:
         if len(frames):
             self.last_frame = frames[-1]
         return self.vocoder_stream.push(frames)
+
+
+@torch.inference_mode()
+def render_many(streams: list[StreamingMelDecoder], codes: list[torch.Tensor],
+                stretches: list[float]) -> list[np.ndarray]:
+    """`stream.push(codes, stretch)` for several streams of one codec, the codec decoder and the vocoder each run
+    once for every group of streams whose pushes have the same shape and whose states stack (`stack_states`);
+    the rest alone. Each stream's audio is what its own push makes, up to float rounding."""
+    audio: list[np.ndarray | None] = [None] * len(streams)
+    groups: dict[tuple, list[int]] = {}
+    for i, (stream, c) in enumerate(zip(streams, codes)):
+        batchable = c.shape[1] in StreamingMelDecoder.PUSH_LENGTHS and type(stream) is StreamingMelDecoder
+        key = (id(stream.codec), c.shape[1], state_signature(stream.conv_state)) if batchable else ("alone", i)
+        groups.setdefault(key, []).append(i)
+    mels: dict[int, np.ndarray] = {}
+    for key, members in groups.items():
+        if key[0] == "alone" or len(members) == 1:
+            for i in members:
+                audio[i] = streams[i].push(codes[i], stretches[i]) if stretches[i] != 1.0 else streams[i].push(codes[i])
+            continue
+        codec = streams[members[0]].codec
+        state = stack_states([streams[i].conv_state for i in members])
+        q = codec.model.fsq.from_codes(torch.stack([codes[i] for i in members]).long())  # (B, dim, n)
+        frames = codec.model.denormalize(codec.model.decoder(q, state, False)).numpy()  # (B, n * stack, 80)
+        for i, row_state, row in zip(members, split_state(state, len(members)), frames):
+            streams[i].conv_state = row_state
+            mels[i] = row
+    _vocode_many([streams[i] for i in mels], list(mels.values()), [stretches[i] for i in mels], list(mels), audio)
+    return audio
+
+
+def _vocode_many(streams: list[StreamingMelDecoder], mels: list[np.ndarray], stretches: list[float],
+                 indices: list[int], audio: list) -> None:
+    """The vocoder's part of `render_many`: stretched log-mel frames of equal count and stackable states, one pass."""
+    groups: dict[tuple, list[int]] = {}
+    for j, stream in enumerate(streams):
+        frames = mels[j]
+        if stretches[j] != 1.0:
+            frames = mel.time_stretch(frames, stretches[j], stream.last_frame)
+        if len(frames):
+            stream.last_frame = frames[-1]
+        mels[j] = frames
+        vocoder = stream.vocoder_stream
+        lengths = getattr(vocoder.vocoder.generator, "PUSH_LENGTHS", None)
+        batchable = len(frames) and (not lengths or len(frames) in lengths)
+        key = (id(vocoder.vocoder), len(frames), state_signature(vocoder.state)) if batchable else ("alone", j)
+        groups.setdefault(key, []).append(j)
+    for key, members in groups.items():
+        if key[0] == "alone" or len(members) == 1:
+            for j in members:
+                audio[indices[j]] = streams[j].vocoder_stream.push(mels[j])
+            continue
+        vocoders = [streams[j].vocoder_stream for j in members]
+        state = stack_states([v.state for v in vocoders])
+        x = torch.as_tensor(np.stack([mels[j] for j in members]).astype(np.float32)).transpose(1, 2)  # (B, 80, n)
+        out = vocoders[0].vocoder.generator(x, state, False)[:, 0].numpy()
+        for j, vocoder, row_state, row in zip(members, vocoders, split_state(state, len(members)), out):
+            vocoder.state = row_state
+            audio[indices[j]] = row

@@ -129,3 +129,48 @@ def aligned_sum(parts: list[torch.Tensor], state: StreamState | None, key) -> to
     for p in pending[1:]:
         total = total + p[:, :, :n]
     return total
+
+
+# ---- many streams in one pass ------------------------------------------------------------------------------
+# Streams of one model whose states hold the same things in the same shapes (every stream past its first pushes)
+# can run one batched call: their states stacked along the batch axis, the outputs and new states split back.
+# Rows never mix in these layers, so each stream gets what it would alone, up to float rounding.
+
+def state_signature(state: StreamState) -> tuple:
+    """What must match for states to stack: each key and the shapes (past the batch axis) of what it holds."""
+    return tuple(sorted(((id(key), _signature(value)) for key, value in state.items()), key=lambda kv: kv[0]))
+
+
+def _signature(value):
+    if isinstance(value, torch.Tensor):
+        return ("t", tuple(value.shape[1:]), value.dtype)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_signature(v) for v in value))
+    return ("v", value)
+
+
+def stack_states(states: list[StreamState]) -> StreamState:
+    """One state for a batch of streams whose `state_signature`s are equal."""
+    return {key: _stack([state[key] for state in states]) for key in states[0]}
+
+
+def _stack(values: list):
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(values, dim=0)
+    if isinstance(first, (tuple, list)):
+        return type(first)(_stack([v[i] for v in values]) for i in range(len(first)))
+    return first  # equal by signature
+
+
+def split_state(state: StreamState, n: int) -> list[StreamState]:
+    """The batch's state after a call, back to its `n` streams."""
+    return [{key: _row(value, i) for key, value in state.items()} for i in range(n)]
+
+
+def _row(value, i: int):
+    if isinstance(value, torch.Tensor):
+        return value[i : i + 1]
+    if isinstance(value, (tuple, list)):
+        return type(value)(_row(v, i) for v in value)
+    return value

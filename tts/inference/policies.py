@@ -45,6 +45,7 @@ class StreamSchedule(Protocol):
     def decode(self, unit: UtteranceSynthesizer, **steps) -> Steps[list]: ...
     def pending(self, unit: UtteranceSynthesizer) -> int: ...
     def render(self, unit: UtteranceSynthesizer) -> None: ...
+    def render_steps(self, unit: UtteranceSynthesizer) -> Steps[None]: ...
     def emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None: ...
     def take_chunk(self) -> AudioChunk | None: ...
     def ahead_s(self) -> float | None: ...
@@ -105,7 +106,7 @@ class FullContext(Policy):
     def advance(self, schedule: StreamSchedule, unit: UtteranceSynthesizer) -> Steps[AudioChunk | None]:
         yield from schedule.decode(unit, max_frames=schedule.emit_every - schedule.pending(unit))
         if schedule.pending(unit) >= schedule.emit_every or unit.finished:
-            schedule.render(unit)
+            yield from schedule.render_steps(unit)
             return schedule.take_chunk()
         return None
 
@@ -157,7 +158,7 @@ class WordStreaming(Policy):
             emit = False
         if not emit:
             return None
-        schedule.render(unit)
+        yield from schedule.render_steps(unit)  # among other streams, rendered in one pass with theirs
         holding = (not schedule.eager_opening and not schedule.emitted_s and not unit.finished
                    and schedule.unsent_s() < tuning.shared_first_chunk_s)
         return None if holding else schedule.take_chunk()

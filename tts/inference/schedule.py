@@ -39,6 +39,7 @@ from tts.inference.stream_parts import (
     WordTimeline,
 )
 from tts.inference.synthesis import (
+    RenderRequest,
     Steps,
     SynthesisConfig,
     TTSBundle,
@@ -218,6 +219,10 @@ class StreamSchedule:
 
     def render(self, unit: UtteranceSynthesizer) -> None:
         """The frames decoded since the last render -> audio, kept until `take_chunk`."""
+        run_steps(self.render_steps(unit))
+
+    def render_steps(self, unit: UtteranceSynthesizer) -> Steps[None]:
+        """`render` as a generator of its one render (a driver of many streams renders several in one pass)."""
         new = unit.frames[self._cursor :]
         if not new:
             return
@@ -226,18 +231,16 @@ class StreamSchedule:
         codes = torch.stack(new, dim=1)
         started = self.clock()
         stretch = 1.0
-        if self.pacer is None:
-            audio = self._codec_stream.push(codes)
-        else:
+        if self.pacer is not None:
             now, seconds = self.clock(), len(new) / self.frame_rate
             first = self.pacer.play_end_ns is None
             stretch = self.pacer.stretch(now, seconds, self._text_wait_ns(unit, now, self.text_interval_ns()))
-            audio = self._codec_stream.push(codes, stretch)
             self.times.paced_s += seconds * (stretch - 1)
             if first and not self.inbox.ended:
                 hold = Pacer.prebuffer_ns(self.inbox.word_interval_ns(), self.inbox.token_interval_ns())
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
+        audio = yield RenderRequest(self._codec_stream, codes, stretch)
         self.render_s, self.rendered_frames = (self.clock() - started) / 1e9, len(new)
         samples_for = getattr(self._codec_stream, "samples_for", None)
         self.timeline.rendered(len(new), samples_for(len(new), stretch) if samples_for

@@ -60,16 +60,32 @@ class StepRequest:
     words: torch.Tensor  # (1,) the word it is generated for
 
 
+@dataclass
+class RenderRequest:
+    """One render a stream needs: `stream.push(codes, stretch)` (a driver of many streams renders several in one
+    pass: `tts.codec.mel_codec.render_many`)."""
+    stream: object  # the stream's codec decoder (`StreamingMelDecoder`, or any codec's streaming decoder)
+    codes: torch.Tensor  # (K, n) the frames to render
+    stretch: float = 1.0
+
+    def run(self) -> np.ndarray:
+        return self.stream.push(self.codes, self.stretch) if self.stretch != 1.0 else self.stream.push(self.codes)
+
+
 Result = TypeVar("Result")
-Steps = Generator[StepRequest, StepOutput, Result]  # yields the steps it needs, is sent their outputs
+Steps = Generator[StepRequest | RenderRequest, StepOutput | np.ndarray, Result]  # yields the work it needs (decoder
+# steps, renders), is sent their outputs
 
 
 def run_steps(work: "Steps[Result]") -> Result:
-    """Drive a generator of decoder steps alone: each step runs when asked; returns what the generator returns."""
+    """Drive a generator of decoder steps (and renders) alone: each runs when asked; returns what the generator
+    returns."""
     try:
         request = next(work)
         while True:
-            request = work.send(decode_step(request.state, request.codes, request.words))
+            output = request.run() if isinstance(request, RenderRequest) else \
+                decode_step(request.state, request.codes, request.words)
+            request = work.send(output)
     except StopIteration as stop:
         return stop.value
 

@@ -115,14 +115,20 @@ def test_a_stream_whose_work_fails_fails_alone(tiny_bundle, monkeypatch):
     alone = speak_alone(tiny_bundle(2))
     bundle = tiny_bundle(2)
     worker = StreamWorker()
-    render = StreamSchedule.render
+    render, render_steps = StreamSchedule.render, StreamSchedule.render_steps
 
     def failing_render(self, unit):
         if self.config.seed == 1:
             raise RuntimeError("render failed")
         render(self, unit)
 
+    def failing_render_steps(self, unit):
+        if self.config.seed == 1:
+            raise RuntimeError("render failed")
+        return (yield from render_steps(self, unit))
+
     monkeypatch.setattr(StreamSchedule, "render", failing_render)
+    monkeypatch.setattr(StreamSchedule, "render_steps", failing_render_steps)
 
     async def together():
         return await asyncio.gather(*(speak(bundle, t.split(), "s5", config=config(i), max_stretch=1.0, worker=worker)
@@ -132,5 +138,49 @@ def test_a_stream_whose_work_fails_fails_alone(tiny_bundle, monkeypatch):
     assert isinstance(results[1], RuntimeError)
     assert torch.equal(alone[0], codes_of(results[0].chunks)) and torch.equal(alone[2], codes_of(results[2].chunks))
     monkeypatch.setattr(StreamSchedule, "render", render)
+    monkeypatch.setattr(StreamSchedule, "render_steps", render_steps)
     assert torch.equal(alone[1], codes_of(asyncio.run(speak(bundle, TEXTS[1].split(), "s5", config=config(1),
                                                             max_stretch=1.0, worker=worker)).chunks))
+
+
+def test_renders_of_many_streams_in_one_pass_are_each_streams_own_audio(tiny_bundle):
+    """`render_many`: streams of one codec pushed together (stacked states; one stretched, one push of a length
+    that runs alone, one stream younger than the others) get the audio their own pushes make."""
+    import numpy as np
+
+    from tts.codec.mel_codec import render_many
+
+    codec = tiny_bundle(2).codec
+    torch.manual_seed(0)
+    codes = [torch.randint(0, codec.codebook_size, (codec.num_codebooks, 15)) for _ in range(3)]
+    pushes = [(0, 4), (4, 8), (8, 11), (11, 15)]  # 4, 4, 3 (split into 2 + 1, alone), 4 frames
+    stretches = [1.0, 1.25, 1.0]
+    alone, together = ([codec.streaming_decoder() for _ in codes] for _ in range(2))
+    heard_alone, heard_together = [[] for _ in codes], [[] for _ in codes]
+    for n, (a, b) in enumerate(pushes):
+        live = [i for i in range(3) if not (i == 2 and n == 0)]  # the third joins one push late
+        for i in live:
+            heard_alone[i].append(alone[i].push(codes[i][:, a:b], stretches[i]))
+        for i, audio in zip(live, render_many([together[i] for i in live], [codes[i][:, a:b] for i in live],
+                                              [stretches[i] for i in live])):
+            heard_together[i].append(audio)
+    for i in range(3):
+        one, many = np.concatenate(heard_alone[i]), np.concatenate(heard_together[i])
+        assert one.shape == many.shape and len(one) > 0
+        np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
+
+
+def test_streams_on_one_worker_render_together_and_sound_as_alone(tiny_bundle):
+    """Through the worker: renders of the streams that are due in one pass run in one batch; each stream's
+    codes are its own and its audio that of its codes."""
+    import numpy as np
+
+    bundle = tiny_bundle(2)
+    worker = StreamWorker()
+    together = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0]))
+    alone = speak_alone(tiny_bundle(2))
+    for a, t in zip(alone, together):
+        assert torch.equal(a, codes_of(t))
+        audio = np.concatenate([c.samples for c in t])
+        assert len(audio) > 0 and np.isfinite(audio).all()
+    assert worker.stats.render_passes > 0 and worker.stats.renders > worker.stats.render_passes

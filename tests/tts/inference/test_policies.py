@@ -66,6 +66,10 @@ class FakeStream:
     def render(self, unit):
         self.rendered = len(unit.frames)
 
+    def render_steps(self, unit):
+        self.render(unit)
+        yield from ()
+
     def take_chunk(self):
         self.sent += 1
         return "chunk"
