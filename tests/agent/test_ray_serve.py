@@ -1,8 +1,9 @@
 """`s5 serve --ray` on a real two-node Ray cluster (head and worker started with `ray start` on loopback): two
-replicas behind Ray's proxy, each with the shipped voice; a replica's process killed mid-reply (its user loses the
-rest of that reply, reconnects, resumes, and the next turn has the whole conversation in context; the user on the
-other replica notices nothing); Ray's metric export carrying every replica's figures; a scale-down that lets the
-reply being spoken end before the conversation is moved."""
+replicas behind Ray's proxy, each with the shipped voice; Ray's metric export carrying every replica's figures; a
+scale-down that lets the reply being spoken end before the conversation is moved; then, scaled back to two, a
+replica's process killed mid-reply (its user loses the rest of that reply, reconnects, resumes, and the next turn
+has the whole conversation in context; the user on the other replica notices nothing). The tests run in this order
+(a killed replica takes Ray minutes to restart, a new one seconds)."""
 import asyncio
 import json
 import os
@@ -131,80 +132,38 @@ class Client:
                 return {"record": record, "audio_bytes": audio, "closed": self.ws.close_code}
 
 
-async def on_two_replicas(session, url: str) -> tuple[Client, Client]:
+async def on_two_replicas(session, url: str, wait_s: float = 240) -> tuple[Client, Client]:
+    """Two conversations on different replicas. Ray's proxy prefers the replica on its own node while that one has
+    room, so new conversations are opened until one lands elsewhere (a replica still starting takes a while)."""
+    deadline = time.monotonic() + wait_s
     first = Client(session, url)
     await first.connect()
-    for _ in range(40):  # Ray's router spreads the conversations; take one on the other replica
+    while time.monotonic() < deadline:
         second = Client(session, url)
         if await second.connect() != first.replica:
             return first, second
         await second.ws.close()
+        await asyncio.sleep(0.2)
     raise AssertionError("every conversation landed on one replica")
 
 
-def pid_of(url: str, replica: str) -> int:
-    for _ in range(200):
-        if (h := health(url)) is not None and h["replica"] == replica:
-            return h["pid"]
-    raise AssertionError(f"replica {replica} never answered /health")
-
-
-@pytest.mark.slow
-def test_a_killed_replica_costs_its_user_the_rest_of_one_reply_and_no_one_else_anything(served, ollama):
-    import aiohttp
-
-    url, _ = served
-    requests = ollama[1]
-
-    async def run():
-        async with aiohttp.ClientSession() as session:
-            ada, bob = await on_two_replicas(session, url)
-            first = await ada.turn("My name is Ada.")
-            assert first["record"]["error"] is None
-            victim = pid_of(url, ada.replica)
-
-            async def kill_mid_reply(audio_bytes: int) -> None:
-                if audio_bytes > 16000 and victim:  # half a second of Ada's second reply has reached her
-                    os.kill(victim, signal.SIGKILL)
-
-            cut, untouched = await asyncio.gather(ada.turn("Tell me a story.", on_audio=kill_mid_reply),
-                                                  bob.turn("Hello there."))
-            await ada.connect(resume=True)  # as the page does: reconnect, send the history it kept
-            after = await ada.turn("What is my name?")
-            return first, cut, untouched, after, ada
-
-    first, cut, untouched, after, ada = asyncio.run(run())
-    assert cut["record"] is None and cut["closed"] is not None  # Ada lost the rest of that reply, and knew it
-    assert untouched["closed"] is None and untouched["record"]["error"] is None  # Bob noticed nothing
-    assert untouched["record"]["reply"].startswith("Once upon a time") and untouched["audio_bytes"] > 0
-    assert after["record"]["error"] is None and after["audio_bytes"] > 0
-    asked = [m["content"] for m in requests[-1]["messages"]]  # what the LLM read for Ada's next turn
-    assert "My name is Ada." in asked and asked[-1] == "What is my name?"
-
-
-@pytest.mark.slow
-def test_ray_exports_every_replicas_metrics(served, cluster):
-    """Through Ray's own Prometheus export (one port per node), no /metrics route behind the proxy."""
-    url, _ = served
+def exported_opens(cluster) -> dict[str, float]:
+    """Conversations opened, per replica process, as Ray's Prometheus export on each node shows them."""
     opened = {}
-    for _ in range(60):  # Ray reports every few seconds
-        for port in cluster.metrics_ports:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-                for line in response.read().decode().splitlines():
-                    if line.startswith("ray_s5_sessions_opened") and 'kind="conversation"' in line:
-                        worker = line.split('WorkerId="')[1].split('"')[0]
-                        opened[worker] = float(line.rsplit(" ", 1)[1])
-        if len(opened) >= 2:
-            break
-        time.sleep(1)
-    assert len(opened) >= 2 and sum(opened.values()) >= 3  # both replicas' conversations, each counted
-    assert urllib.request.urlopen(url + "/health").status == 200
+    for port in cluster.metrics_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("ray_s5_sessions_opened") and 'kind="conversation"' in line:
+                    opened[line.split('WorkerId="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return opened
 
 
 @pytest.mark.slow
-def test_a_scale_down_lets_the_reply_end_then_moves_the_conversation(served, cluster, ollama):
-    """Redeployed from 2 replicas to 1 while both speak: the stopped replica's user hears the whole reply, then
-    is closed with 1012 and resumes on the other; the other's user notices nothing."""
+def test_metrics_of_every_replica_then_a_scale_down_lets_the_reply_end_and_moves_the_conversation(
+        served, cluster, ollama):
+    """Both replicas' metrics reach Ray's own Prometheus export (one port per node; no /metrics route behind the
+    proxy). Then a redeploy from 2 replicas to 1 while both speak: both replies are heard whole, and the stopped
+    replica's conversation is closed with 1012 (its client would resume elsewhere); the other stays open."""
     import aiohttp
 
     url, _ = served
@@ -212,12 +171,11 @@ def test_a_scale_down_lets_the_reply_end_then_moves_the_conversation(served, clu
 
     async def run():
         async with aiohttp.ClientSession() as session:
-            for _ in range(300):  # a killed replica may still be coming back
-                replicas = {(await _probe(session, url)) for _ in range(8)}
-                if len(replicas) == 2:
+            pair = await on_two_replicas(session, url)
+            for _ in range(60):  # Ray reports every few seconds
+                if len(opened := exported_opens(cluster)) >= 2:
                     break
                 await asyncio.sleep(1)
-            pair = await on_two_replicas(session, url)
             shrink = {}
 
             async def scale_down(audio_bytes: int) -> None:
@@ -233,16 +191,55 @@ def test_a_scale_down_lets_the_reply_end_then_moves_the_conversation(served, clu
                 task.cancel()
             closes = [receiving[task].ws.close_code for task in done]
             shrink["driver"].kill()  # it deployed and waits like any `s5 serve`; the application stays
-            return turns, closes
+            return opened, turns, closes
 
-    turns, closes = asyncio.run(run())
+    opened, turns, closes = asyncio.run(run())
+    assert len(opened) >= 2 and all(n >= 1 for n in opened.values())  # each replica's conversations counted
     assert all(t["record"] is not None and t["record"]["error"] is None for t in turns)  # both replies whole
     assert closes == [1012]
 
 
-async def _probe(session, url: str) -> str:
-    async with session.get(url + "/health") as response:
-        return (await response.json())["replica"]
+@pytest.mark.slow
+def test_a_killed_replica_costs_its_user_the_rest_of_one_reply_and_no_one_else_anything(served, cluster, ollama):
+    import aiohttp
+
+    url, _ = served
+    requests = ollama[1]
+    grow = deploy(cluster, ollama[0], int(url.rsplit(":", 1)[1]), replicas=2)  # back to two after the scale-down
+    while "s5 serve on Ray" not in (line := grow.stderr.readline().decode()):  # deployed: any rollout is over
+        assert line or grow.poll() is None, "the redeploy failed"
+
+    async def run():
+        async with aiohttp.ClientSession() as session:
+            ada, bob = await on_two_replicas(session, url)
+            answering = health(url)  # the replica /health reaches, and its process: Ada is the one on it
+            if bob.replica == answering["replica"]:
+                ada, bob = bob, ada
+            assert ada.replica == answering["replica"]
+            victim = answering["pid"]
+            first = await ada.turn("My name is Ada.")
+            assert first["record"]["error"] is None
+
+            async def kill_mid_reply(audio_bytes: int) -> None:
+                if audio_bytes > 16000 and victim:  # half a second of Ada's second reply has reached her
+                    os.kill(victim, signal.SIGKILL)
+
+            cut, untouched = await asyncio.gather(ada.turn("Tell me a story.", on_audio=kill_mid_reply),
+                                                  bob.turn("Hello there."))
+            await ada.connect(resume=True)  # as the page does: reconnect, send the history it kept
+            after = await ada.turn("What is my name?")
+            return first, cut, untouched, after
+
+    try:
+        first, cut, untouched, after = asyncio.run(run())
+    finally:
+        grow.kill()
+    assert cut["record"] is None and cut["closed"] is not None  # Ada lost the rest of that reply, and knew it
+    assert untouched["closed"] is None and untouched["record"]["error"] is None  # Bob noticed nothing
+    assert untouched["record"]["reply"].startswith("Once upon a time") and untouched["audio_bytes"] > 0
+    assert after["record"]["error"] is None and after["audio_bytes"] > 0
+    asked = [m["content"] for m in requests[-1]["messages"]]  # what the LLM read for Ada's next turn
+    assert "My name is Ada." in asked and asked[-1] == "What is my name?"
 
 
 def test_deployment_options_come_from_what_limits_a_replica():
