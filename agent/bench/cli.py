@@ -45,7 +45,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     if args.compare_renders and (args.url or args.no_batch):
         raise UserError("--compare-renders runs its own server with batched decoder steps: no --url, no --no-batch")
 
-    def measure(url, counts, progress, batch_render: bool = not args.no_batch_render):
+    def measure(url, counts, progress, batch_render: bool = args.batch_render):
         return asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
                                        batch_decode=not args.no_batch, worker_threads=args.threads,
                                        url=url, token=args.token, idle=args.idle, batch_render=batch_render))
@@ -207,8 +207,8 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--sessions", default="1,2,4,8,16")
     add_settings_arguments(serve_bench, "bench serve")
     serve_bench.add_argument("--no-batch", action="store_true", help="each session on a thread of its own (the comparison)")
-    serve_bench.add_argument("--no-batch-render", action="store_true", help="decoder steps batched, but each session's "
-                             "renders alone (the comparison)")
+    serve_bench.add_argument("--batch-render", action="store_true", help="render the sessions' due frames in one "
+                             "pass (off by default, as in s5 serve)")
     serve_bench.add_argument("--compare-renders", action="store_true", help="each session count twice in turn: renders "
                              "batched across sessions, then each alone")
     serve_bench.add_argument("--json", action="store_true")

@@ -96,7 +96,7 @@ async def _idle_connections(url: str, n: int) -> list:
 async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str], session_counts: list[int],
                       model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2,
                       url: str | None = None, token: str | None = None, idle: int = 0,
-                      batch_render: bool = True) -> dict:
+                      batch_render: bool = False) -> dict:
     """`url`: measure that running server (standalone or behind any proxy) instead of starting one here; its CPU
     time is then not this process's to count."""
     from aiohttp import ClientSession

@@ -53,7 +53,8 @@ class ServeConfig:
     idle_timeout_s: float = 300.0  # a conversation with no message for this long is closed (its slot freed)
     batch_decode: bool = True  # one worker runs every session, decoder steps batched (`tts/inference/batching.py`)
     worker_threads: int = 2  # torch threads of that worker
-    batch_render: bool = True  # that worker renders the sessions' pending frames in one pass (False: each alone)
+    batch_render: bool = False  # that worker renders the sessions' due frames in one pass: off, as measured at 8
+    # sessions (docs/results.md, renders batched across streams)
     turn: AgentConfig = field(default_factory=AgentConfig)  # conversations' and requests' settings (`--config`)
     send_queue_bytes: int = 1 << 20  # what may wait for a conversation's client (about 24 s of audio): a client
     # that stops reading is closed once more waits, so it cannot hold the server's memory or stall others

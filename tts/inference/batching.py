@@ -12,9 +12,9 @@ of their steps and renders took about four times as long as alone. So one thread
 - the worker runs each submitted call as the generator `StreamSchedule.work_steps()`: up to its next decoder step,
   then one `decode_steps` pass over the steps of every stream that has one pending, then each stream on with its
   row, up to its next step or the end of its call (which may render audio);
-- renders go the same way (`StreamSchedule.render_steps` yields a `RenderRequest`): every stream's pending render
-  of one pass runs as one codec-decoder and one vocoder call per group of like streams
-  (`tts/codec/mel_codec.render_many`), where they cost about 38% of the busy time when each ran alone;
+- renders go the same way (`StreamSchedule.render_steps` yields a `RenderRequest`); with `batch_renders` every
+  stream's render due in one pass runs as one codec-decoder and one vocoder call per group of like streams
+  (`tts/codec/mel_codec.render_many`), else each alone;
 - streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream
   that has none yet before all), so a new request's opening and a stream close to running dry are not kept
   waiting behind streams well ahead. Streams join and leave between steps (continuous batching); none waits for
@@ -66,8 +66,9 @@ class StreamWorker:
     submitted calls are written under `_cond`; everything else (the running calls, their schedules while they run)
     belongs to the worker thread (`_run`)."""
 
-    def __init__(self, torch_threads: int = 2, batch_renders: bool = True):
-        """`batch_renders`: render the streams' pending frames in one pass (False: each alone, the comparison)."""
+    def __init__(self, torch_threads: int = 2, batch_renders: bool = False):
+        """`batch_renders`: render the streams' due frames in one pass. Off by default: measured side by side it
+        helps at 12-16 streams and costs a little at 8, the server's default cap (docs/results.md)."""
         self.torch_threads, self.batch_renders = torch_threads, batch_renders
         self.live_streams = 0  # streams between their start and their release (`join` / `leave`)
         self.stats = BatchStats()
