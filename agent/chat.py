@@ -17,6 +17,7 @@ from agent.listen import HeardLine, Listener, SpeechResumed, UserSpeaking
 from agent.orchestrator import Agent, AgentConfig
 from audio_io.sinks import WavSink
 from llm.base import LLMBackend, LLMError
+from tts.cli import notice
 from tts.inference.streaming import WORKER_TORCH_THREADS, load_bundle
 from tts.inference.synthesis import TTSBundle
 
@@ -36,8 +37,17 @@ def load_bundles(modes: list[str], s5_model: Path | None = None, t5_model: Path 
         if key not in cache:
             cache[key] = load_bundle(mode, s5_model if key == "s5" else t5_model, vocoder=vocoder,
                                      render_threads=render_threads)
+            warn_of_a_named_vocoder(cache[key])
         bundles[mode] = cache[key]
     return bundles
+
+
+def warn_of_a_named_vocoder(bundle: TTSBundle) -> None:
+    """A vocoder the user named that this machine's timings say cannot play without gaps: one line, said once."""
+    warning = getattr(bundle.codec, "named_warning", None)
+    if warning:
+        notice(warning)
+        bundle.codec.named_warning = None
 
 
 @dataclass

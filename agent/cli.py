@@ -173,14 +173,14 @@ def _wyoming(args: argparse.Namespace) -> int:
         from agent.integrations.wyoming import serve_wyoming
     except ImportError as error:
         raise UserError("s5 wyoming needs the wyoming package: pip install 's5-agent[wyoming]'") from error
-    from tts.inference.batching import StreamWorker
+    from tts.inference.batching import StreamWorker, render_threads_for
     from tts.inference.streaming import load_bundle
 
     settings = settings_for("wyoming", args)
     if not args.uri.startswith(("tcp://", "unix://")):
         raise UserError(f"--uri {args.uri}: tcp://HOST:PORT or unix://PATH")
     torch.set_num_threads(1)  # every connection's synthesis runs on the worker's threads
-    bundle = load_bundle("s5", vocoder=settings.tts.vocoder, render_threads=args.threads)
+    bundle = load_bundle("s5", vocoder=settings.tts.vocoder, render_threads=render_threads_for(args.threads))
     err.print(f"[green]s5 wyoming: {args.uri} (Home Assistant: add the Wyoming integration with this host and port)[/]")
     try:
         asyncio.run(serve_wyoming(args.uri, bundle, settings.tts.synthesis(), StreamWorker(args.threads)))
@@ -215,12 +215,15 @@ def _say(args: argparse.Namespace) -> int:
     from tts.inference.streaming import load_bundle
     from dataclasses import replace
 
+    from agent.chat import warn_of_a_named_vocoder
+
     settings = settings_for("say", args)
     mode = settings.tts.mode
     words = normalize_text(args.text)
     if not words:
         raise UserError("nothing to say: the text has no speakable words")
     bundle = load_bundle(mode, args.model, vocoder=settings.tts.vocoder)
+    warn_of_a_named_vocoder(bundle)
     prompt = None
     if args.prompt_wav:
         from audio_io.wav import read_wav, resample

@@ -20,6 +20,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
 
     from agent.bench.serve import bench_serve
     from agent.chat import load_bundles
+    from tts.inference.batching import RENDER_MODES, StreamWorker
     from tts.cli import read_sentences
     from tts.eval.stream_bench import BENCH_SENTENCES
 
@@ -34,41 +35,44 @@ def _bench_serve(args: argparse.Namespace) -> int:
     settings = settings_for("bench serve", args)
     torch.set_num_threads(1)  # as s5 serve: the sessions run on the worker's threads (--threads)
     sentences = read_sentences(args.sentences or BENCH_SENTENCES)[: args.limit]
-    bundles = None if args.url else load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
-                                                  render_threads=1 if args.no_batch else args.threads)
     urls = [u.strip() for u in args.url.split(",") if u.strip()] if args.url else [None]
+    renders = [m.strip() for m in args.renders.split(",") if m.strip()] if args.renders else [None]
     if args.idle < 0:
         raise UserError(f"--idle {args.idle}: at least 0")
-    if (len(urls) > 1 or args.compare_renders) and args.plot:
-        raise UserError("--plot draws one server's runs: give one --url")
+    if unknown := [m for m in renders if m is not None and m not in RENDER_MODES]:
+        raise UserError(f"--renders {','.join(unknown)}: each one of {', '.join(RENDER_MODES)}")
+    if len(urls) > 1 and len(renders) > 1:
+        raise UserError("side by side is either several --url or several --renders, not both")
+    if (len(urls) > 1 or len(renders) > 1) and args.plot:
+        raise UserError("--plot draws one server's runs: give one --url and one --renders")
+    if args.renders and (args.url or args.no_batch):
+        raise UserError("--renders sets the worker of the server this bench starts: no --url, no --no-batch")
+    # warmed for the thread counts the renders will run on (each mode's, when several are compared)
+    render_threads = [1] if args.no_batch else \
+        sorted({StreamWorker.for_renders(args.threads, mode).render_threads for mode in renders})
+    bundles = None if args.url else load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
+                                                  render_threads=render_threads[0])
+    for bundle in (bundles or {}).values():
+        for threads in render_threads[1:]:
+            bundle.warm_up(threads)
 
-    if args.compare_renders and (args.url or args.no_batch):
-        raise UserError("--compare-renders runs its own server with batched decoder steps: no --url, no --no-batch")
-
-    def measure(url, counts, progress, batch_render: bool = args.batch_render):
+    def measure(url, counts, progress, mode: str | None = None):
         return asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
                                        batch_decode=not args.no_batch, worker_threads=args.threads,
-                                       url=url, token=args.token, idle=args.idle, batch_render=batch_render))
+                                       url=url, token=args.token, idle=args.idle, renders=mode))
 
     with progress_bar() as progress:
-        if args.compare_renders:  # side by side: each session count with renders batched, then each alone
-            by_mode: dict = {}
-            for n in counts:
-                for batch_render in (True, False):
-                    by_mode.setdefault(batch_render, []).append(measure(None, [n], None, batch_render))
-            result = {"servers": [{**parts[0], "runs": [p["runs"][0] for p in parts],
-                                   "streams_real_time": max((p["streams_real_time"] for p in parts), default=0)}
-                                  for parts in by_mode.values()]}
-        elif len(urls) == 1:
-            result = measure(urls[0], counts, progress)
-        else:  # side by side: each session count on every server in turn, so that drift hits them alike
-            by_url: dict = {}
+        if len(urls) == 1 and len(renders) == 1:
+            result = measure(urls[0], counts, progress, renders[0])
+        else:  # side by side: each session count on every server (or worker) in turn, so that drift hits them alike
+            by_server: dict = {}
             for n in counts:
                 for url in urls:
-                    by_url.setdefault(url, []).append(measure(url, [n], None))
+                    for mode in renders:
+                        by_server.setdefault((url, mode), []).append(measure(url, [n], None, mode))
             result = {"servers": [{**parts[0], "runs": [p["runs"][0] for p in parts],
                                    "streams_real_time": max((p["streams_real_time"] for p in parts), default=0)}
-                                  for parts in by_url.values()]}
+                                  for parts in by_server.values()]}
     if args.plot:
         from agent.bench.plots import plot_serve
 
@@ -78,7 +82,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     else:
         for server in result.get("servers", [result]):
             for run in server["runs"]:
-                label = {"url": server["url"]} if server["url"] else {"batch_render": server["batch_render"]}
+                label = {"url": server["url"]} if server["url"] else {"renders": server["renders"]}
                 Console().print({**label, **run})
     return 0
 
@@ -207,10 +211,10 @@ def register(bench_kinds) -> None:
     serve_bench.add_argument("--sessions", default="1,2,4,8,16")
     add_settings_arguments(serve_bench, "bench serve")
     serve_bench.add_argument("--no-batch", action="store_true", help="each session on a thread of its own (the comparison)")
-    serve_bench.add_argument("--batch-render", action="store_true", help="render the sessions' due frames in one "
-                             "pass (off by default, as in s5 serve)")
-    serve_bench.add_argument("--compare-renders", action="store_true", help="each session count twice in turn: renders "
-                             "batched across sessions, then each alone")
+    serve_bench.add_argument("--renders", default=None, help="where the server's worker renders "
+                             "(tts/inference/batching.RENDER_MODES: inline or on a render thread, each stream alone "
+                             "or -batched; default: as s5 serve); several, comma-separated: side by side, each count "
+                             "with each in turn")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")

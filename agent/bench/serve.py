@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from audio_io.sinks import ClockSink
+from tts.inference.batching import StreamWorker
 from tts.inference.synthesis import TTSBundle
 
 from agent.serve.server import ServeConfig, create_app
@@ -96,9 +97,10 @@ async def _idle_connections(url: str, n: int) -> list:
 async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str], session_counts: list[int],
                       model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2,
                       url: str | None = None, token: str | None = None, idle: int = 0,
-                      batch_render: bool = False) -> dict:
+                      renders: str | None = None) -> dict:
     """`url`: measure that running server (standalone or behind any proxy) instead of starting one here; its CPU
-    time is then not this process's to count."""
+    time is then not this process's to count. `renders`: where the server's worker renders
+    (`tts/inference/batching.RENDER_MODES`; None: as `s5 serve`)."""
     from aiohttp import ClientSession
     from aiohttp.test_utils import TestServer
 
@@ -109,8 +111,7 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         server = None
         if url is None:
             server = TestServer(create_app(bundles, ServeConfig(max_sessions=max(n, 1), batch_decode=batch_decode,
-                                                                 worker_threads=worker_threads,
-                                                                 batch_render=batch_render)))
+                                                                 worker_threads=worker_threads, renders=renders)))
             await server.start_server()
         base = url.rstrip("/") if url else str(server.make_url("")).rstrip("/")
         quiet = await _idle_connections(base, idle)
@@ -137,6 +138,6 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]
-    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "batch_render": batch_render,
-            "url": url, "idle": idle, "runs": runs,
+    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode,
+            "renders": None if url else (renders or StreamWorker.for_renders(worker_threads).renders), "url": url, "idle": idle, "runs": runs,
             "streams_real_time": max(clean, default=0)}

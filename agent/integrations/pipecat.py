@@ -27,7 +27,7 @@ from pipecat.services.tts_service import TextAggregationMode, TTSService
 from agent.serve.audio_formats import pcm16
 from agent.text_speech import TextSpeech
 from audio_io.errors import UserError
-from tts.inference.batching import StreamWorker
+from tts.inference.batching import StreamWorker, render_threads_for
 from tts.inference.streaming import load_bundle
 from tts.inference.synthesis import SynthesisConfig, TTSBundle
 
@@ -41,8 +41,8 @@ class S5Voice:
 
     @classmethod
     def load(cls, vocoder: str | None = None, threads: int = 1, synthesis: SynthesisConfig | None = None) -> "S5Voice":
-        return cls(load_bundle("s5", vocoder=vocoder, render_threads=threads), StreamWorker(threads),
-                   synthesis or SynthesisConfig())
+        return cls(load_bundle("s5", vocoder=vocoder, render_threads=render_threads_for(threads)),
+                   StreamWorker(threads), synthesis or SynthesisConfig())
 
 
 class S5TTSService(TTSService):

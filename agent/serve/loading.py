@@ -28,10 +28,11 @@ def load_server(settings, options: ServerOptions):
     from agent.chat import LLMChoice, load_bundles
     from agent.orchestrator import AgentConfig
     from agent.serve.service import ServeConfig
+    from tts.inference.batching import render_threads_for
 
     torch.set_num_threads(1)  # the sessions' synthesis runs on the worker's threads (--threads)
     bundles = load_bundles(["s5", "t5"], vocoder=settings.tts.vocoder,
-                           render_threads=options.threads if options.batch_decode else 1)
+                           render_threads=render_threads_for(options.threads) if options.batch_decode else 1)
     # each conversation its own LLM (the embedded model is not safe to share between sessions)
     llm_factory = LLMChoice.from_settings(settings.llm).new if settings.llm.backend != "none" else None
     config = ServeConfig(max_sessions=options.max_sessions, token=options.token, idle_timeout_s=options.idle_timeout_s,

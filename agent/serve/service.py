@@ -53,8 +53,8 @@ class ServeConfig:
     idle_timeout_s: float = 300.0  # a conversation with no message for this long is closed (its slot freed)
     batch_decode: bool = True  # one worker runs every session, decoder steps batched (`tts/inference/batching.py`)
     worker_threads: int = 2  # torch threads of that worker
-    batch_render: bool = False  # that worker renders the sessions' due frames in one pass: off, as measured at 8
-    # sessions (docs/results.md, renders batched across streams)
+    renders: str | None = None  # where that worker renders (`batching.RENDER_MODES`; None: its default, a render
+    # thread of its own with two threads or more: docs/results.md, where the worker renders)
     turn: AgentConfig = field(default_factory=AgentConfig)  # conversations' and requests' settings (`--config`)
     send_queue_bytes: int = 1 << 20  # what may wait for a conversation's client (about 24 s of audio): a client
     # that stops reading is closed once more waits, so it cannot hold the server's memory or stall others
@@ -143,7 +143,8 @@ class VoiceService:
         self.bundles, self.config, self.llm_factory, self.metrics = bundles, config, llm_factory, metrics
         self.replica = replica
         # one worker for every voice and session: two threads of their own would fight over the cores
-        self.worker = StreamWorker(config.worker_threads, config.batch_render) if config.batch_decode else None
+        self.worker = StreamWorker.for_renders(config.worker_threads, config.renders) if config.batch_decode \
+            else None
         self.active = 0  # sessions holding a slot
         self.draining, self.drained = False, asyncio.Event()  # set by `drain`
         self.revoiced: dict[tuple[str, str], TTSBundle] = {}

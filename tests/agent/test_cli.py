@@ -68,6 +68,9 @@ def test_more_bad_input_gives_one_clear_line(tmp_path):
     (tmp_path / "words.yaml").write_text("train:\n  lr: fast\n")
     for args, message in [
         (("bench", "serve", "--sessions", "1,x"), "--sessions 1,x"),
+        (("bench", "serve", "--renders", "thread,gpu"), "--renders gpu: each one of inline, inline-batched"),
+        (("bench", "serve", "--renders", "inline,thread", "--url", "http://127.0.0.1:9,http://127.0.0.1:10"),
+         "either several --url or several --renders"),
         (("say", "hi", "--out", str(tmp_path / "o.wav"), "--prompt-wav", str(tmp_path / "clip.mp3"), "--prompt-text", "hi"),
          "not a 16-bit WAV file"),
         (("train", "--config", str(tmp_path / "broken.yaml")), "not valid YAML"),

@@ -41,6 +41,7 @@ from tts.codec.vocoder_choice import (
     VocoderTiming,
     choose,
     describe,
+    named_warning,
     read_cached,
     time_renders,
     write_cached,
@@ -165,6 +166,7 @@ class MelCodec:
         self.config = model.config
         self._vocoder = vocoder
         self.auto_choice: str | None = None  # what "auto" chose and why, once it has
+        self.named_warning: str | None = None  # a vocoder named by the user that this machine cannot keep live
         self.sample_rate = mel.SAMPLE_RATE
         self.frame_rate = self.config.frame_rate
         self.num_codebooks = self.config.num_codebooks
@@ -183,6 +185,8 @@ class MelCodec:
         that knows its model's decoder step passes it (`tts/inference/streaming.py`)."""
         if str(name) == AUTO:
             name, self.auto_choice = self.choose_auto(CODEC_ONLY_STEP_S if step_s is None else step_s)
+        else:
+            self.named_warning = named_warning(str(name))
         self.config = replace(self.config, vocoder=str(name))  # named as chosen, for every report
         self._vocoder = load_vocoder(self.config.vocoder)
 

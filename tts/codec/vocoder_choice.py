@@ -162,6 +162,22 @@ def describe(chosen: str, verdicts: list[Verdict], bars: ChoiceBars = ChoiceBars
             f"estimates x{HEADROOM}")
 
 
+def named_warning(name: str, path: Path | None = None) -> str | None:
+    """A vocoder named by the user (`--vocoder`, the config) that this machine's timings say misses the bars: one
+    line saying what it will sound like and what `auto` picks here (None: it meets them, or nothing was timed)."""
+    cached = read_cached_step(path)
+    if cached is None or name not in CANDIDATES:
+        return None
+    timings, step_s, frame_rate = cached
+    chosen, verdicts = choose(timings, step_s, frame_rate)
+    verdict = next((v for v in verdicts if v.vocoder == name), None)
+    if verdict is None or verdict.passes:
+        return None
+    return (f"vocoder {name}: timed on this machine at first sound {verdict.first_sound_ms:.0f} ms, stream "
+            f"{verdict.stream_rtf:.2f}x real time (with headroom), past what plays without gaps; expect stutter "
+            f"(`auto` picks {chosen} here)")
+
+
 class BusyNeighbour:
     """Another process spinning on one core while the timings run, as an LLM beside the voice keeps a core busy.
     A process, not a thread: a Python thread would contend for the interpreter lock at every tensor operation,

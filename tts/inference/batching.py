@@ -12,8 +12,11 @@ of their steps and renders took about four times as long as alone. So one thread
 - the worker runs each submitted call as the generator `StreamSchedule.work_steps()`: up to its next decoder step,
   then one `decode_steps` pass over the steps of every stream that has one pending, then each stream on with its
   row, up to its next step or the end of its call (which may render audio);
-- renders go the same way (`StreamSchedule.render_steps` yields a `RenderRequest`); with `batch_renders` every
-  stream's render due in one pass runs as one codec-decoder and one vocoder call per group of like streams
+- renders go the same way (`StreamSchedule.render_steps` yields a `RenderRequest`). With `render_thread` they run
+  on a second thread while the worker steps the other streams (a stream waits for its own render, no other
+  stream does): the decoder steps are dispatch-bound Python and the renders convolutions that release the
+  interpreter lock, so on two cores the two overlap where one thread did them in turn. With `batch_renders`
+  the renders due together run as one codec-decoder and one vocoder call per group of like streams
   (`tts/codec/mel_codec.render_many`), else each alone;
 - streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream
   that has none yet before all), so a new request's opening and a stream close to running dry are not kept
@@ -27,7 +30,7 @@ runs finishes that call, as alone; a call that fails fails only its own stream, 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +40,9 @@ from tts.inference.schedule import StreamSchedule
 from tts.inference.synthesis import RenderRequest, StepRequest
 from tts.model.incremental import decode_step, decode_steps
 
+# where a worker renders: on its own thread between decoder steps ("inline") or on a render thread ("thread"),
+# each stream alone or the streams due together in one pass ("-batched")
+RENDER_MODES = ("inline", "inline-batched", "thread", "thread-batched")
 IDLE_EXIT_S = 5.0  # the worker thread ends after this long with nothing to do (the next submit starts another)
 
 
@@ -62,20 +68,51 @@ class BatchStats:
 class StreamWorker:
     """Shared by every utterance of a server's voices (passed to each `StreamingSynthesizer`); thread-safe.
 
-    Threads: `submit`, `join`, `leave` and `close` are called from the event loop; `live_streams` and the
-    submitted calls are written under `_cond`; everything else (the running calls, their schedules while they run)
-    belongs to the worker thread (`_run`)."""
+    Threads: `submit`, `join`, `leave` and `close` are called from the event loop; `live_streams`, the submitted
+    calls and the finished renders are written under `_cond`; everything else (the running calls, their schedules
+    while they run) belongs to the worker thread (`_run`), except a call whose render is on the render thread:
+    that call, its schedule and its codec stream belong to the render thread until the render is handed back."""
 
-    def __init__(self, torch_threads: int = 2, batch_renders: bool = False):
-        """`batch_renders`: render the streams' due frames in one pass. Off by default: measured side by side it
-        helps at 12-16 streams and costs a little at 8, the server's default cap (docs/results.md)."""
+    def __init__(self, torch_threads: int = 2, batch_renders: bool = False, render_thread: bool | None = None):
+        """`torch_threads`: the cores this worker may use. `render_thread` (default: with two or more) gives the
+        renders a thread of their own with half of them, the decoder steps the rest. `batch_renders`: the renders
+        due together run in one pass (off by default: measured side by side, docs/results.md)."""
         self.torch_threads, self.batch_renders = torch_threads, batch_renders
+        self.render_thread = torch_threads >= 2 if render_thread is None else render_thread
         self.live_streams = 0  # streams between their start and their release (`join` / `leave`)
         self.stats = BatchStats()
         self._cond = threading.Condition()
         self._submitted: list[_Call] = []
+        self._rendered: list[tuple[_Call, object]] = []  # (call, audio or the exception) back from the render thread
+        self._in_render = 0  # calls handed to the render thread and not yet back
+        self._renderer: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
+
+    @classmethod
+    def for_renders(cls, torch_threads: int, renders: str | None = None) -> "StreamWorker":
+        """A worker whose renders go as `renders` says (`RENDER_MODES`; None: the default for `torch_threads`)."""
+        if renders is None:
+            return cls(torch_threads)
+        if renders not in RENDER_MODES:
+            raise ValueError(f"renders {renders!r}: one of {', '.join(RENDER_MODES)}")
+        return cls(torch_threads, batch_renders="batched" in renders, render_thread=renders.startswith("thread"))
+
+    @property
+    def renders(self) -> str:
+        """How this worker renders (`RENDER_MODES`)."""
+        where = "thread" if self.render_thread else "inline"
+        return f"{where}-batched" if self.batch_renders else where
+
+    @property
+    def render_threads(self) -> int:
+        """Torch threads the renders run on (what a voice is warmed up with: `TTSBundle.warm_up`)."""
+        return render_threads_for(self.torch_threads, self.render_thread)
+
+    @property
+    def step_threads(self) -> int:
+        """Torch threads the decoder steps run on."""
+        return max(1, self.torch_threads - self.render_threads) if self.render_thread else self.torch_threads
 
     def join(self) -> None:
         """A stream starts (its driver calls `leave` when it is released)."""
@@ -106,13 +143,14 @@ class StreamWorker:
 
     # ---- the worker thread ------------------------------------------------------------------------------
     def _run(self) -> None:
-        torch.set_num_threads(self.torch_threads)
+        torch.set_num_threads(self.step_threads)
         running: list[_Call] = []  # calls waiting for a decoder step
         try:
             self._loop(running)
         except BaseException as error:  # a bug here must not leave streams waiting for ever
             with self._cond:
-                stranded, self._submitted, self._thread = running + self._submitted, [], None
+                stranded = running + self._submitted + [call for call, _ in self._rendered]
+                self._submitted, self._rendered, self._thread = [], [], None
             for call in stranded:
                 if not call.future.done():
                     call.future.set_exception(error)
@@ -122,26 +160,43 @@ class StreamWorker:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    if not running and not self._submitted:
+                    if not (running or self._submitted or self._rendered or self._in_render):
                         if not self._closing:
                             self._cond.wait(IDLE_EXIT_S)
-                        if not self._submitted:
+                        if not (self._submitted or self._rendered or self._in_render):
                             self._thread = None
+                            if self._renderer is not None:  # idle: its thread ends too (the next render starts one)
+                                self._renderer.shutdown(wait=False)
+                                self._renderer = None
                             return
+                    while not (running or self._submitted or self._rendered):  # only renders in flight
+                        self._cond.wait()
                     new, self._submitted = self._submitted, []
+                    rendered, self._rendered = self._rendered, []
                 for call in _by_urgency(new):  # each up to its first decoder step (encoding the words it took)
                     self._advance(call, None, running)
+                for call, audio in rendered:
+                    self._advance(call, audio, running)
                 if running:
                     batch, running = running, []
                     renders = [call for call in batch if isinstance(call.request, RenderRequest)]
-                    outputs = self._render(renders)
+                    if self.render_thread:
+                        self._hand_over(renders)
+                        outputs = {}
+                    else:
+                        outputs = self._render(renders)
                     outputs.update(self._step([call for call in batch if not isinstance(call.request, RenderRequest)]))
                     for call in _by_urgency(batch):
                         if call in outputs:
                             self._advance(call, outputs[call], running)
 
     def _advance(self, call: _Call, output, running: list[_Call]) -> None:
-        """Run a call on to its next decoder step (kept in `running`) or its end (its future resolved)."""
+        """Run a call on to its next decoder step (kept in `running`) or its end (its future resolved); `output` an
+        exception: its render failed on the render thread."""
+        if isinstance(output, BaseException):
+            call.steps.close()
+            call.future.set_exception(output)
+            return
         try:
             if call.steps is None:
                 call.steps = call.schedule.work_steps()
@@ -177,8 +232,31 @@ class StreamWorker:
                     call.future.set_exception(error)
         return outputs
 
-    def _render(self, calls: list[_Call]) -> dict[_Call, object]:
-        """Every pending render: in one pass per group of like streams, or each alone."""
+    def _hand_over(self, calls: list[_Call]) -> None:
+        """The render thread renders these calls' frames (`_render`) and hands each back through `_rendered`."""
+        if not calls:
+            return
+        if self._renderer is None:
+            self._renderer = ThreadPoolExecutor(1, "s5-render", initializer=torch.set_num_threads,
+                                                initargs=(self.render_threads,))
+        with self._cond:
+            self._in_render += len(calls)
+        self._renderer.submit(self._render_on_thread, calls)
+
+    def _render_on_thread(self, calls: list[_Call]) -> None:
+        try:
+            with torch.inference_mode():
+                outputs = self._render(calls, fail=False)
+        except BaseException as error:  # nothing may leave a call waiting for ever
+            outputs = {call: error for call in calls}
+        with self._cond:
+            self._rendered += [(call, outputs[call]) for call in calls]
+            self._in_render -= len(calls)
+            self._cond.notify()
+
+    def _render(self, calls: list[_Call], fail: bool = True) -> dict[_Call, object]:
+        """Every pending render: in one pass per group of like streams, or each alone. A failure fails every call
+        of the pass (`fail`), or is each call's output (the render thread: the worker fails them)."""
         outputs = {}
         if not calls:
             return outputs
@@ -195,8 +273,11 @@ class StreamWorker:
         except BaseException as error:  # as a failed decoder batch: every stream in it sees the failure
             for call in calls:
                 if call not in outputs:
-                    call.steps.close()
-                    call.future.set_exception(error)
+                    if fail:
+                        call.steps.close()
+                        call.future.set_exception(error)
+                    else:
+                        outputs[call] = error
         return outputs
 
     def _count(self, size: int) -> None:
@@ -205,6 +286,14 @@ class StreamWorker:
         stats.steps += size
         stats.largest = max(stats.largest, size)
         stats.sizes[size] = stats.sizes.get(size, 0) + 1
+
+
+def render_threads_for(torch_threads: int, render_thread: bool | None = None) -> int:
+    """The torch threads a `StreamWorker(torch_threads, render_thread=...)` renders on: half of them on a render
+    thread of its own (by default with two or more), else all of them on the worker."""
+    if render_thread is None:
+        render_thread = torch_threads >= 2
+    return max(1, torch_threads // 2) if render_thread else torch_threads
 
 
 def _by_urgency(calls: list[_Call]) -> list[_Call]:

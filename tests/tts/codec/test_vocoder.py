@@ -388,3 +388,24 @@ def test_a_named_vocoder_is_kept_and_auto_is_the_codecs_to_choose(monkeypatch, t
     assert vocoders.resolve_vocoder("fast") == vocoders.FAST_DIR
     with pytest.raises(ValueError):
         vocoders.resolve_vocoder("auto")
+
+
+def test_a_named_vocoder_this_machine_cannot_keep_live_is_said_in_one_line(monkeypatch, tmp_path):
+    """`--vocoder universal` where this machine's timings put it past the bars: the codec keeps the user's choice
+    and carries one line saying it will stutter and what auto picks here; a vocoder that meets them, or a machine
+    not yet timed, carries none."""
+    from tts.codec.load import load_codec
+    from tts.codec.vocoder_choice import VocoderTiming, named_warning, write_cached
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert named_warning("universal") is None  # nothing timed yet
+    write_cached([VocoderTiming("universal", 4, 0.16, 0.058, 0.87), VocoderTiming("fast", 2, 0.014, 0.011, 0.05)],
+                 0.007, 21.5)  # the timings of a 2-core AVX2 EPYC
+    codec = load_codec()
+    codec.use_vocoder("universal")
+    assert codec.config.vocoder == "universal"
+    warning = codec.named_warning
+    assert warning.startswith("vocoder universal:") and "stutter" in warning and "picks fast" in warning
+    assert "\n" not in warning
+    codec.use_vocoder("fast")
+    assert codec.named_warning is None

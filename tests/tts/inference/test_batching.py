@@ -184,3 +184,76 @@ def test_streams_on_one_worker_render_together_and_sound_as_alone(tiny_bundle):
         audio = np.concatenate([c.samples for c in t])
         assert len(audio) > 0 and np.isfinite(audio).all()
     assert worker.stats.render_passes > 0 and worker.stats.renders > worker.stats.render_passes
+
+
+def test_renders_on_a_thread_of_their_own_sound_as_on_the_worker(tiny_bundle):
+    """A worker with a render thread (the server's default on two threads) overlaps renders with the other
+    streams' decoder steps: each stream's codes and audio are the ones it gets with renders on the worker."""
+    import numpy as np
+
+    bundle = tiny_bundle(2)
+    inline = asyncio.run(_speak_together(bundle, StreamWorker(2, render_thread=False), [0.0, 0.0, 0.01]))
+    threaded_worker = StreamWorker(2)
+    assert threaded_worker.render_thread and threaded_worker.renders == "thread"
+    assert (threaded_worker.step_threads, threaded_worker.render_threads) == (1, 1)
+    threaded = asyncio.run(_speak_together(bundle, threaded_worker, [0.0, 0.0, 0.01]))
+    for a, t in zip(inline, threaded):
+        assert torch.equal(codes_of(a), codes_of(t))
+        one, other = np.concatenate([c.samples for c in a]), np.concatenate([c.samples for c in t])
+        assert one.shape == other.shape and len(one) > 0
+        np.testing.assert_allclose(other, one, atol=1e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
+    assert threaded_worker.live_streams == 0 and threaded_worker._in_render == 0 and not threaded_worker._rendered
+
+
+def test_a_render_that_fails_on_the_render_thread_fails_its_stream_alone(tiny_bundle, monkeypatch):
+    """The render itself raises on the render thread for one stream: that stream gets the error, the others
+    speak what they speak alone, and the worker serves the next request."""
+    from tts.inference.synthesis import RenderRequest
+
+    alone = speak_alone(tiny_bundle(2))
+    bundle = tiny_bundle(2)
+    worker = StreamWorker(2, render_thread=True)
+    failing_stream: list = []
+    run = RenderRequest.run
+
+    def failing_run(self):
+        if self.stream in failing_stream:
+            raise RuntimeError("render failed")
+        return run(self)
+
+    monkeypatch.setattr(RenderRequest, "run", failing_run)
+    original_init = StreamingSynthesizer.__init__
+
+    def marking_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if self.schedule.config.seed == 1 and not failing_stream:  # the first stream of seed 1 only
+            failing_stream.append(self.schedule._codec_stream)
+
+    monkeypatch.setattr(StreamingSynthesizer, "__init__", marking_init)
+
+    async def together():
+        return await asyncio.gather(*(speak(bundle, t.split(), "s5", config=config(i), max_stretch=1.0, worker=worker)
+                                      for i, t in enumerate(TEXTS)), return_exceptions=True)
+
+    results = asyncio.run(together())
+    assert isinstance(results[1], RuntimeError) and str(results[1]) == "render failed"
+    assert torch.equal(alone[0], codes_of(results[0].chunks)) and torch.equal(alone[2], codes_of(results[2].chunks))
+    assert torch.equal(alone[1], codes_of(asyncio.run(speak(bundle, TEXTS[1].split(), "s5", config=config(1),
+                                                            max_stretch=1.0, worker=worker)).chunks))
+    assert worker._in_render == 0
+
+
+def test_render_modes_name_their_worker():
+    for mode in ("inline", "inline-batched", "thread", "thread-batched"):
+        assert StreamWorker.for_renders(2, mode).renders == mode
+    assert StreamWorker.for_renders(2).renders == "thread" and StreamWorker.for_renders(1).renders == "inline"
+    one = StreamWorker(1)
+    assert (one.step_threads, one.render_threads) == (1, 1)  # one thread: renders stay on the worker
+    four = StreamWorker(4)
+    assert (four.step_threads, four.render_threads) == (2, 2)
+    try:
+        StreamWorker.for_renders(2, "gpu")
+    except ValueError as error:
+        assert "inline, inline-batched, thread, thread-batched" in str(error)
+    else:
+        raise AssertionError("an unknown render mode was taken")
