@@ -42,6 +42,7 @@ VOCODERS = ("default", "universal", "fast")  # a speech request's "vocoder": the
 # fast unless told), HiFi-GAN V1 (natural, about a core per stream here), or iSTFT
 STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_RESTART = 1001, 1008, 1012  # WebSocket close codes (RFC 6455)
+WORKER_STOP_S = 5.0  # a stopping server waits this long for its worker to finish the calls in flight
 
 
 @dataclass
@@ -154,8 +155,9 @@ class VoiceService:
         return self.worker.live_streams if self.worker is not None else self.active
 
     def close(self) -> None:
+        """The server stops: its worker finishes the calls in flight (the sessions are gone) and ends."""
         if self.worker is not None:
-            self.worker.close()
+            self.worker.close(wait_s=WORKER_STOP_S)
 
     def health(self) -> dict:
         models = sorted(self.bundles) + [alias for alias, model in MODEL_ALIASES.items() if model in self.bundles]

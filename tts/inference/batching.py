@@ -123,11 +123,19 @@ class StreamWorker:
         with self._cond:
             self.live_streams -= 1
 
-    def close(self) -> None:
-        """Let the thread end once no call is in flight (a server shutting down; a later submit starts another)."""
+    def close(self, wait_s: float = 0.0) -> None:
+        """Let the thread end once no call is in flight (a server shutting down; a later submit starts another),
+        and wait up to `wait_s` for it: a daemon thread still inside a torch operation when the interpreter
+        exits is killed there, and the C++ below it aborts the process ("terminate called without an active
+        exception")."""
         with self._cond:
             self._closing = True
             self._cond.notify()
+            thread, renderer = self._thread, self._renderer
+        if wait_s > 0 and thread is not None:
+            thread.join(wait_s)
+        if wait_s > 0 and renderer is not None and not (thread and thread.is_alive()):
+            renderer.shutdown(wait=True)
 
     def submit(self, schedule: StreamSchedule) -> Future:
         """Run one `schedule.work()` call on the worker: a future of its (chunk, state)."""

@@ -257,3 +257,17 @@ def test_render_modes_name_their_worker():
         assert "inline, inline-batched, thread, thread-batched" in str(error)
     else:
         raise AssertionError("an unknown render mode was taken")
+
+
+def test_a_closed_worker_can_be_waited_for_and_serves_again(tiny_bundle):
+    """`close(wait_s)` returns once the worker thread (and its render thread) ended, so that no daemon thread is
+    inside torch when the interpreter exits; a later request starts the worker again."""
+    bundle = tiny_bundle(2)
+    worker = StreamWorker(2)
+    first = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0]))
+    thread = worker._thread
+    worker.close(wait_s=5.0)
+    assert thread is None or not thread.is_alive()
+    assert worker._thread is None and worker._renderer is None
+    again = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0]))
+    assert [torch.equal(codes_of(a), codes_of(b)) for a, b in zip(first, again)] == [True] * 3
