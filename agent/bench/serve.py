@@ -138,6 +138,9 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]
-    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode,
-            "renders": None if url else (renders or StreamWorker.for_renders(worker_threads).renders), "url": url, "idle": idle, "runs": runs,
-            "streams_real_time": max(clean, default=0)}
+    if url is not None or not batch_decode:
+        renders = None  # not this bench's worker, or none at all
+    else:
+        renders = renders or StreamWorker.for_renders(worker_threads).renders
+    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "renders": renders,
+            "url": url, "idle": idle, "runs": runs, "streams_real_time": max(clean, default=0)}
