@@ -29,7 +29,9 @@ runs finishes that call, as alone; a call that fails fails only its own stream, 
 """
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -44,6 +46,11 @@ from tts.model.incremental import decode_step, decode_steps
 # each stream alone or the streams due together in one pass ("-batched")
 RENDER_MODES = ("inline", "inline-batched", "thread", "thread-batched")
 IDLE_EXIT_S = 5.0  # the worker thread ends after this long with nothing to do (the next submit starts another)
+EXIT_WAIT_S = 5.0  # at interpreter exit, how long a worker may take to finish the calls in flight
+# Workers whose thread runs. The thread is a daemon (an idle worker must not hold the process open), and a daemon
+# thread still alive when the interpreter finalizes is killed where it stands, which aborted processes
+# ("terminate called without an active exception"); so at exit every running worker is closed and waited for.
+_RUNNING: "weakref.WeakSet[StreamWorker]" = weakref.WeakSet()
 
 
 @dataclass(eq=False)  # compared and hashed by identity
@@ -146,6 +153,7 @@ class StreamWorker:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="s5-stream-worker", daemon=True)
                 self._thread.start()
+                _RUNNING.add(self)
             self._cond.notify()
         return call.future
 
@@ -294,6 +302,12 @@ class StreamWorker:
         stats.steps += size
         stats.largest = max(stats.largest, size)
         stats.sizes[size] = stats.sizes.get(size, 0) + 1
+
+
+@atexit.register
+def _close_running_workers() -> None:
+    for worker in list(_RUNNING):
+        worker.close(wait_s=EXIT_WAIT_S)
 
 
 def render_threads_for(torch_threads: int, render_thread: bool | None = None) -> int:

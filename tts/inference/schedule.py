@@ -101,7 +101,7 @@ class StreamSchedule:
         self.resume_at_ns: int | None = None  # "wait": far enough ahead of the player to let other streams go first
         self.opening_ready = False  # the opening's sound is rendered and may leave once the next word's text is in
         # alone, a stream buys its first sound with frame-by-frame renders (`policies.WordStreaming`); among others
-        # the cores are worth more than those 20-40 ms
+        # the cores are worth more than those 20-40 ms. Alone at its start and joined later: shared from then on
         self.eager_opening = shared is None or shared.live_streams <= 1
         self.emitted_s = 0.0  # audio sent so far
         self.first_sent_ns: int | None = None  # when the first sound was sent
@@ -138,6 +138,10 @@ class StreamSchedule:
         """`work()` as a generator of its decoder steps (a driver of many streams batches them)."""
         if self.inbox.closed:
             return None, "done"
+        if self.eager_opening and self.shared is not None and self.shared.live_streams > 1:
+            # another stream joined: the frame-by-frame opening and chunks sized for a core of its own would run
+            # dry on shared cores (4 server sessions: 26 one-frame gaps in one reply), so this stream shares too
+            self.eager_opening = False
         started = self.clock()
         if self.policy.sound_first(self):
             return self.take_chunk(), "progress"  # the text the opening waited for came in: sound first

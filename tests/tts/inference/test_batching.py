@@ -176,7 +176,7 @@ def test_streams_on_one_worker_render_together_and_sound_as_alone(tiny_bundle):
     import numpy as np
 
     bundle = tiny_bundle(2)
-    worker = StreamWorker(batch_renders=True)
+    worker = StreamWorker(batch_renders=True, render_thread=False)  # renders due in one pass: deterministic
     together = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0]))
     alone = speak_alone(tiny_bundle(2))
     for a, t in zip(alone, together):

@@ -181,3 +181,31 @@ def test_alone_a_vocoder_with_costly_renders_opens_eagerly_and_never_leaves_the_
     for when_ns, seconds in sent:
         assert when_ns <= first_ns + played_s * 1e9  # the player still had sound when this chunk came
         played_s += seconds
+
+
+def test_a_stream_that_starts_alone_shares_once_another_joins(tiny_bundle):
+    """A stream alone on the worker opens eagerly; once another stream is live its next call gives that up for
+    good (word-sized renders, no chunks sized for a core of its own), and it speaks the same codes."""
+    from tts.inference.batching import StreamWorker
+
+    words = "The pump moves warmth from the cold air outside into the warm house and back again".split()
+    alone = drive(schedule_for(tiny_bundle(2), "s5", words))
+    bundle = tiny_bundle(2)
+    worker = StreamWorker()
+    worker.join()  # this stream, alone
+    inbox = Inbox(UtteranceTimes(), clock=TickClock())
+    schedule = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox,
+                              max_stretch=1.0, shared=worker)
+    for word in words:
+        inbox.put_word(word)
+    inbox.end()
+    assert schedule.eager_opening
+    schedule.work()
+    assert schedule.eager_opening  # still alone
+    worker.join()  # another stream starts
+    joined = drive(schedule)
+    assert not schedule.eager_opening
+    worker.leave()  # the other one ends: this stream does not go back to a core of its own
+    assert not schedule.eager_opening
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, joined)]
+    assert torch.equal(codes[0][:, -codes[1].shape[1]:], codes[1])
