@@ -29,7 +29,7 @@ from agent.serve.audio_formats import FORMATS, Encoder, pcm16
 from agent.serve.session import Conversation
 from audio_io.sinks import ClockSink
 from tts.frontend.text import normalize_text
-from tts.inference.batching import StreamWorker
+from tts.inference.batching import STOP_WAIT_S, StreamWorker
 from tts.inference.pipeline import Speech
 from tts.inference.streaming import StreamingSynthesizer
 from tts.inference.synthesis import TTSBundle
@@ -42,7 +42,6 @@ VOCODERS = ("default", "universal", "fast")  # a speech request's "vocoder": the
 # fast unless told), HiFi-GAN V1 (natural, about a core per stream here), or iSTFT
 STATIC = Path(__file__).parent / "static"  # the browser page: plain JavaScript, no build step
 CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_RESTART = 1001, 1008, 1012  # WebSocket close codes (RFC 6455)
-WORKER_STOP_S = 5.0  # a stopping server waits this long for its worker to finish the calls in flight
 
 
 @dataclass
@@ -157,7 +156,7 @@ class VoiceService:
     def close(self) -> None:
         """The server stops: its worker finishes the calls in flight (the sessions are gone) and ends."""
         if self.worker is not None:
-            self.worker.close(wait_s=WORKER_STOP_S)
+            self.worker.close(wait_s=STOP_WAIT_S)
 
     def health(self) -> dict:
         models = sorted(self.bundles) + [alias for alias, model in MODEL_ALIASES.items() if model in self.bundles]

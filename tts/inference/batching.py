@@ -46,7 +46,7 @@ from tts.model.incremental import decode_step, decode_steps
 # each stream alone or the streams due together in one pass ("-batched")
 RENDER_MODES = ("inline", "inline-batched", "thread", "thread-batched")
 IDLE_EXIT_S = 5.0  # the worker thread ends after this long with nothing to do (the next submit starts another)
-EXIT_WAIT_S = 5.0  # at interpreter exit, how long a worker may take to finish the calls in flight
+STOP_WAIT_S = 5.0  # how long a stopping server, or the interpreter's exit, waits for the calls in flight
 # Workers whose thread runs. The thread is a daemon (an idle worker must not hold the process open), and a daemon
 # thread still alive when the interpreter finalizes is killed where it stands, which aborted processes
 # ("terminate called without an active exception"); so at exit every running worker is closed and waited for.
@@ -85,7 +85,7 @@ class StreamWorker:
         renders a thread of their own with half of them, the decoder steps the rest. `batch_renders`: the renders
         due together run in one pass (off by default: measured side by side, docs/results.md)."""
         self.torch_threads, self.batch_renders = torch_threads, batch_renders
-        self.render_thread = torch_threads >= 2 if render_thread is None else render_thread
+        self.render_thread = _renders_on_a_thread(torch_threads, render_thread)
         self.live_streams = 0  # streams between their start and their release (`join` / `leave`)
         self.stats = BatchStats()
         self._cond = threading.Condition()
@@ -208,7 +208,7 @@ class StreamWorker:
 
     def _advance(self, call: _Call, output, running: list[_Call]) -> None:
         """Run a call on to its next decoder step (kept in `running`) or its end (its future resolved); `output` an
-        exception: its render failed on the render thread."""
+        exception: its render failed."""
         if isinstance(output, BaseException):
             call.steps.close()
             call.future.set_exception(output)
@@ -260,19 +260,16 @@ class StreamWorker:
         self._renderer.submit(self._render_on_thread, calls)
 
     def _render_on_thread(self, calls: list[_Call]) -> None:
-        try:
-            with torch.inference_mode():
-                outputs = self._render(calls, fail=False)
-        except BaseException as error:  # nothing may leave a call waiting for ever
-            outputs = {call: error for call in calls}
+        with torch.inference_mode():
+            outputs = self._render(calls)
         with self._cond:
             self._rendered += [(call, outputs[call]) for call in calls]
             self._in_render -= len(calls)
             self._cond.notify()
 
-    def _render(self, calls: list[_Call], fail: bool = True) -> dict[_Call, object]:
-        """Every pending render: in one pass per group of like streams, or each alone. A failure fails every call
-        of the pass (`fail`), or is each call's output (the render thread: the worker fails them)."""
+    def _render(self, calls: list[_Call]) -> dict[_Call, object]:
+        """Every pending render: in one pass per group of like streams, or each alone. A failure is the output of
+        every call of the pass not yet rendered (`_advance` fails those calls, on the worker thread)."""
         outputs = {}
         if not calls:
             return outputs
@@ -288,12 +285,7 @@ class StreamWorker:
                     outputs[call] = call.request.run()
         except BaseException as error:  # as a failed decoder batch: every stream in it sees the failure
             for call in calls:
-                if call not in outputs:
-                    if fail:
-                        call.steps.close()
-                        call.future.set_exception(error)
-                    else:
-                        outputs[call] = error
+                outputs.setdefault(call, error)
         return outputs
 
     def _count(self, size: int) -> None:
@@ -307,15 +299,18 @@ class StreamWorker:
 @atexit.register
 def _close_running_workers() -> None:
     for worker in list(_RUNNING):
-        worker.close(wait_s=EXIT_WAIT_S)
+        worker.close(wait_s=STOP_WAIT_S)
+
+
+def _renders_on_a_thread(torch_threads: int, render_thread: bool | None) -> bool:
+    """Whether a worker renders on a thread of its own: as asked, else wherever it has two threads or more."""
+    return torch_threads >= 2 if render_thread is None else render_thread
 
 
 def render_threads_for(torch_threads: int, render_thread: bool | None = None) -> int:
     """The torch threads a `StreamWorker(torch_threads, render_thread=...)` renders on: half of them on a render
-    thread of its own (by default with two or more), else all of them on the worker."""
-    if render_thread is None:
-        render_thread = torch_threads >= 2
-    return max(1, torch_threads // 2) if render_thread else torch_threads
+    thread of its own, else all of them on the worker."""
+    return max(1, torch_threads // 2) if _renders_on_a_thread(torch_threads, render_thread) else torch_threads
 
 
 def _by_urgency(calls: list[_Call]) -> list[_Call]:
