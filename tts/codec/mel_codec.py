@@ -317,57 +317,67 @@ class StreamingMelDecoder:
 @torch.inference_mode()
 def render_many(streams: list[StreamingMelDecoder], codes: list[torch.Tensor],
                 stretches: list[float]) -> list[np.ndarray]:
-    """`stream.push(codes, stretch)` for several streams of one codec, the codec decoder and the vocoder each run
-    once for every group of streams whose pushes have the same shape and whose states stack (`stack_states`);
-    the rest alone. Each stream's audio is what its own push makes, up to float rounding."""
+    """`stream.push(codes, stretch)` for several streams of one codec, in rounds: each push is cut into the pieces
+    a push runs as (`StreamingMelDecoder.PUSH_LENGTHS`), and each round runs the piece length the most streams
+    still have, the codec decoder and the vocoder once for every group of those pieces whose states stack
+    (`stack_states`): pushes of 12 (8 + 4), 8 and 4 frames take two passes, not four. The convolutions stream
+    exactly, so the order of a push's pieces changes no sample. A stretched push, or another codec's stream, runs
+    alone. Each stream's audio is what its own push makes, up to float rounding."""
     audio: list[np.ndarray | None] = [None] * len(streams)
-    groups: dict[tuple, list[int]] = {}
+    pieces: dict[int, list[int]] = {}  # stream -> the lengths of its pieces not yet run
+    parts: dict[int, list[np.ndarray]] = {}
+    starts: dict[int, int] = {}
     for i, (stream, c) in enumerate(zip(streams, codes)):
-        batchable = c.shape[1] in StreamingMelDecoder.PUSH_LENGTHS and type(stream) is StreamingMelDecoder
-        key = (id(stream.codec), c.shape[1], state_signature(stream.conv_state)) if batchable else ("alone", i)
-        groups.setdefault(key, []).append(i)
-    mels: dict[int, np.ndarray] = {}
-    for key, members in groups.items():
-        if key[0] == "alone" or len(members) == 1:
-            for i in members:
-                audio[i] = streams[i].push(codes[i], stretches[i]) if stretches[i] != 1.0 else streams[i].push(codes[i])
-            continue
-        codec = streams[members[0]].codec
-        state = stack_states([streams[i].conv_state for i in members])
-        q = codec.model.fsq.from_codes(torch.stack([codes[i] for i in members]).long())  # (B, dim, n)
-        frames = codec.model.denormalize(codec.model.decoder(q, state, False)).numpy()  # (B, n * stack, 80)
-        for i, row_state, row in zip(members, split_state(state, len(members)), frames):
-            streams[i].conv_state = row_state
-            mels[i] = row
-    _vocode_many([streams[i] for i in mels], list(mels.values()), [stretches[i] for i in mels], list(mels), audio)
+        if type(stream) is StreamingMelDecoder and stretches[i] == 1.0 and c.shape[1]:
+            pieces[i], parts[i], starts[i] = _pieces(c.shape[1]), [], 0
+        else:
+            audio[i] = stream.push(c, stretches[i]) if stretches[i] != 1.0 else stream.push(c)
+    while any(pieces.values()):
+        counts: dict[int, int] = {}
+        for lengths in pieces.values():
+            for n in set(lengths):
+                counts[n] = counts.get(n, 0) + 1
+        n = max(counts, key=lambda n: (counts[n], n))
+        groups: dict[tuple, list[int]] = {}
+        for i, lengths in pieces.items():
+            if n in lengths:
+                lengths.remove(n)
+                stream = streams[i]
+                key = (id(stream.codec), state_signature(stream.conv_state), id(stream.vocoder_stream.vocoder),
+                       state_signature(stream.vocoder_stream.state))
+                groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            run = [codes[i][:, starts[i] : starts[i] + n] for i in members]
+            for i, piece_audio in zip(members, _push_together([streams[i] for i in members], run)):
+                parts[i].append(piece_audio)
+                starts[i] += n
+    for i, heard in parts.items():
+        audio[i] = np.concatenate(heard) if len(heard) > 1 else heard[0]
     return audio
 
 
-def _vocode_many(streams: list[StreamingMelDecoder], mels: list[np.ndarray], stretches: list[float],
-                 indices: list[int], audio: list) -> None:
-    """The vocoder's part of `render_many`: stretched log-mel frames of equal count and stackable states, one pass."""
-    groups: dict[tuple, list[int]] = {}
-    for j, stream in enumerate(streams):
-        frames = mels[j]
-        if stretches[j] != 1.0:
-            frames = mel.time_stretch(frames, stretches[j], stream.last_frame)
-        if len(frames):
-            stream.last_frame = frames[-1]
-        mels[j] = frames
-        vocoder = stream.vocoder_stream
-        lengths = getattr(vocoder.vocoder.generator, "PUSH_LENGTHS", None)
-        batchable = len(frames) and (not lengths or len(frames) in lengths)
-        key = (id(vocoder.vocoder), len(frames), state_signature(vocoder.state)) if batchable else ("alone", j)
-        groups.setdefault(key, []).append(j)
-    for key, members in groups.items():
-        if key[0] == "alone" or len(members) == 1:
-            for j in members:
-                audio[indices[j]] = streams[j].vocoder_stream.push(mels[j])
-            continue
-        vocoders = [streams[j].vocoder_stream for j in members]
-        state = stack_states([v.state for v in vocoders])
-        x = torch.as_tensor(np.stack([mels[j] for j in members]).astype(np.float32)).transpose(1, 2)  # (B, 80, n)
-        out = vocoders[0].vocoder.generator(x, state, False)[:, 0].numpy()
-        for j, vocoder, row_state, row in zip(members, vocoders, split_state(state, len(members)), out):
-            vocoder.state = row_state
-            audio[indices[j]] = row
+def _pieces(frames: int) -> list[int]:
+    """The lengths a push of `frames` runs as (`StreamingMelDecoder.PUSH_LENGTHS`, largest first)."""
+    lengths = []
+    while frames:
+        lengths.append(next(n for n in StreamingMelDecoder.PUSH_LENGTHS if n <= frames))
+        frames -= lengths[-1]
+    return lengths
+
+
+def _push_together(streams: list[StreamingMelDecoder], codes: list[torch.Tensor]) -> list[np.ndarray]:
+    """One piece each (equal lengths, stackable states): the codec decoder and the vocoder once for all."""
+    if len(streams) == 1:
+        return [streams[0].push(codes[0])]
+    codec, vocoder = streams[0].codec, streams[0].vocoder_stream.vocoder
+    state = stack_states([s.conv_state for s in streams])
+    q = codec.model.fsq.from_codes(torch.stack(codes).long())  # (B, dim, n)
+    mels = codec.model.denormalize(codec.model.decoder(q, state, False))  # (B, n * stack, 80)
+    for stream, row_state in zip(streams, split_state(state, len(streams))):
+        stream.conv_state = row_state
+    vocoder_state = stack_states([s.vocoder_stream.state for s in streams])
+    out = vocoder.generator(mels.transpose(1, 2).contiguous(), vocoder_state, False)[:, 0].numpy()
+    for stream, row_state, row_mel in zip(streams, split_state(vocoder_state, len(streams)), mels):
+        stream.vocoder_stream.state = row_state
+        stream.last_frame = row_mel[-1].numpy()
+    return list(out)

@@ -15,9 +15,11 @@ of their steps and renders took about four times as long as alone. So one thread
 - renders go the same way (`StreamSchedule.render_steps` yields a `RenderRequest`). With `render_thread` they run
   on a second thread while the worker steps the other streams (a stream waits for its own render, no other
   stream does): the decoder steps are dispatch-bound Python and the renders convolutions that release the
-  interpreter lock, so on two cores the two overlap where one thread did them in turn. With `batch_renders`
-  the renders due together run as one codec-decoder and one vocoder call per group of like streams
-  (`tts/codec/mel_codec.render_many`), else each alone;
+  interpreter lock, so on two cores the two overlap where one thread did them in turn. Renders that come due
+  while the render thread is busy wait and go together in its next pass. With `batch_renders` (the default)
+  the renders of a pass run as one codec-decoder and one vocoder call per piece length and group of like streams
+  (`tts/codec/mel_codec.render_many`; among other streams renders are whole multiples of a few frames,
+  `StreamTuning.shared_render_quantum`, so they come in few lengths), else each alone;
 - streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream
   that has none yet before all), so a new request's opening and a stream close to running dry are not kept
   waiting behind streams well ahead. Streams join and leave between steps (continuous batching); none waits for
@@ -80,10 +82,10 @@ class StreamWorker:
     while they run) belongs to the worker thread (`_run`), except a call whose render is on the render thread:
     that call, its schedule and its codec stream belong to the render thread until the render is handed back."""
 
-    def __init__(self, torch_threads: int = 2, batch_renders: bool = False, render_thread: bool | None = None):
+    def __init__(self, torch_threads: int = 2, batch_renders: bool = True, render_thread: bool | None = None):
         """`torch_threads`: the cores this worker may use. `render_thread` (default: with two or more) gives the
         renders a thread of their own with half of them, the decoder steps the rest. `batch_renders`: the renders
-        due together run in one pass (off by default: measured side by side, docs/results.md)."""
+        due together run in one pass (measured side by side with each alone: docs/results.md)."""
         self.torch_threads, self.batch_renders = torch_threads, batch_renders
         self.render_thread = _renders_on_a_thread(torch_threads, render_thread)
         self.live_streams = 0  # streams between their start and their release (`join` / `leave`)
@@ -92,13 +94,16 @@ class StreamWorker:
         self._submitted: list[_Call] = []
         self._rendered: list[tuple[_Call, object]] = []  # (call, audio or the exception) back from the render thread
         self._in_render = 0  # calls handed to the render thread and not yet back
+        self._to_render: list[_Call] = []  # handed over, waiting for the render thread's next pass
+        self._rendering = False  # the render thread has a pass running or due
         self._renderer: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
 
     @classmethod
     def for_renders(cls, torch_threads: int, renders: str | None = None) -> "StreamWorker":
-        """A worker whose renders go as `renders` says (`RENDER_MODES`; None: the default for `torch_threads`)."""
+        """A worker whose renders go as `renders` says (`RENDER_MODES`; None: the default for `torch_threads`,
+        batched, on a render thread with two threads or more)."""
         if renders is None:
             return cls(torch_threads)
         if renders not in RENDER_MODES:
@@ -249,7 +254,9 @@ class StreamWorker:
         return outputs
 
     def _hand_over(self, calls: list[_Call]) -> None:
-        """The render thread renders these calls' frames (`_render`) and hands each back through `_rendered`."""
+        """The render thread renders these calls' frames (`_render`) and hands each back through `_rendered`.
+        Renders handed over while it is busy wait and go together in its next pass: every stream whose render came
+        due meanwhile, one pass (batched with `batch_renders`)."""
         if not calls:
             return
         if self._renderer is None:
@@ -257,15 +264,25 @@ class StreamWorker:
                                                 initargs=(self.render_threads,))
         with self._cond:
             self._in_render += len(calls)
-        self._renderer.submit(self._render_on_thread, calls)
+            self._to_render += calls
+            if self._rendering:
+                return
+            self._rendering = True
+        self._renderer.submit(self._render_on_thread)
 
-    def _render_on_thread(self, calls: list[_Call]) -> None:
-        with torch.inference_mode():
-            outputs = self._render(calls)
-        with self._cond:
-            self._rendered += [(call, outputs[call]) for call in calls]
-            self._in_render -= len(calls)
-            self._cond.notify()
+    def _render_on_thread(self) -> None:
+        while True:
+            with self._cond:
+                calls, self._to_render = self._to_render, []
+                if not calls:
+                    self._rendering = False
+                    return
+            with torch.inference_mode():
+                outputs = self._render(_by_urgency(calls))
+            with self._cond:
+                self._rendered += [(call, outputs[call]) for call in calls]
+                self._in_render -= len(calls)
+                self._cond.notify()
 
     def _render(self, calls: list[_Call]) -> dict[_Call, object]:
         """Every pending render: in one pass per group of like streams, or each alone. A failure is the output of

@@ -34,6 +34,7 @@ class StreamSchedule(Protocol):
     hold_until_ns: int | None  # a short opening word waits until then (set by the policy)
     emitted_s: float
     first_sent_ns: int | None
+    frame_rate: float
     step_s: float  # the last decoder step's time
     render_s: float  # the last render's time...
     rendered_frames: int  # ...and frames
@@ -45,7 +46,7 @@ class StreamSchedule(Protocol):
     def decode(self, unit: UtteranceSynthesizer, **steps) -> Steps[list]: ...
     def pending(self, unit: UtteranceSynthesizer) -> int: ...
     def render(self, unit: UtteranceSynthesizer) -> None: ...
-    def render_steps(self, unit: UtteranceSynthesizer) -> Steps[None]: ...
+    def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None) -> Steps[None]: ...
     def emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None: ...
     def take_chunk(self) -> AudioChunk | None: ...
     def ahead_s(self) -> float | None: ...
@@ -158,7 +159,10 @@ class WordStreaming(Policy):
             emit = False
         if not emit:
             return None
-        yield from schedule.render_steps(unit)  # among other streams, rendered in one pass with theirs
+        frames = self._shared_render_frames(schedule, unit)
+        if frames == 0:
+            return None
+        yield from schedule.render_steps(unit, frames)  # among other streams, rendered in one pass with theirs
         holding = (not schedule.eager_opening and not schedule.emitted_s and not unit.finished
                    and schedule.unsent_s() < tuning.shared_first_chunk_s)
         return None if holding else schedule.take_chunk()
@@ -213,6 +217,20 @@ class WordStreaming(Policy):
         return max(1, int(ahead_s / (schedule.tuning.opening_margin * frame_cost_s)))
 
     # ---- among other streams ---------------------------------------------------------------------------
+    @staticmethod
+    def _shared_render_frames(schedule: StreamSchedule, unit: UtteranceSynthesizer) -> int | None:
+        """Among other streams: how many of the pending frames to render (None: all). Whole multiples of
+        `shared_render_quantum`, the rest waiting for the next render, so that the renders due together come in a
+        few lengths and share their passes (`tts/codec/mel_codec.render_many`); all at a unit's end, and all
+        while the player has less than a quantum of sound ahead."""
+        quantum = schedule.tuning.shared_render_quantum
+        ahead_s = schedule.ahead_s()
+        if (schedule.eager_opening or unit.finished or quantum <= 1
+                or (ahead_s is not None and ahead_s < quantum / schedule.frame_rate)):
+            return None
+        pending = schedule.pending(unit)
+        return pending - pending % quantum
+
     @staticmethod
     def _renders_together(schedule: StreamSchedule, unit: UtteranceSynthesizer) -> bool:
         """Among other streams, with the player well supplied: let this word's frames wait for the next word's,

@@ -86,7 +86,7 @@ class StreamSchedule:
         self._units: deque[UtteranceSynthesizer] = deque()  # synthesis units, run in order
         self._opened = 0  # units opened so far (each gets its own reproducible seed)
         self._cursor = 0  # frames of the front unit already rendered
-        self._words_done: list[str] = []  # completed since the last chunk
+        self._words_done: list[tuple[str, int]] = []  # (word, its end frame): completed, not yet in a chunk
         self.input_done = False  # the end of the text has been taken
         self._codec_stream = bundle.codec.streaming_decoder()
         self.opening_first_render = held_back_frames(bundle.codec) + tuning.opening_frames_past_holdback
@@ -212,8 +212,9 @@ class StreamSchedule:
     def _count(self, unit: UtteranceSynthesizer, completed: list) -> None:
         self.times.capped_words += sum(c.capped for c in completed)
         self.times.words += len(completed)
-        self._words_done += [c.word for c in completed]
-        self._untimed += [(c.word, self.timeline.word_done(c.word, c.codes.shape[1])) for c in completed]
+        spans = [self.timeline.word_done(c.word, c.codes.shape[1]) for c in completed]
+        self._words_done += [(c.word, span[1]) for c, span in zip(completed, spans)]
+        self._untimed += [(c.word, span) for c, span in zip(completed, spans)]
         if self.times.first_codec_frame_ns is None and unit.frames:
             self.times.first_codec_frame_ns = self.clock()
 
@@ -225,12 +226,13 @@ class StreamSchedule:
         """The frames decoded since the last render -> audio, kept until `take_chunk`."""
         run_steps(self.render_steps(unit))
 
-    def render_steps(self, unit: UtteranceSynthesizer) -> Steps[None]:
-        """`render` as a generator of its one render (a driver of many streams renders several in one pass)."""
-        new = unit.frames[self._cursor :]
+    def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None) -> Steps[None]:
+        """`render` as a generator of its one render (a driver of many streams renders several in one pass);
+        `frames`: only the first that many of the frames not yet rendered."""
+        new = unit.frames[self._cursor : None if frames is None else self._cursor + frames]
         if not new:
             return
-        self._cursor = len(unit.frames)
+        self._cursor += len(new)
         self.times.frames += len(new)
         codes = torch.stack(new, dim=1)
         started = self.clock()
@@ -276,9 +278,16 @@ class StreamSchedule:
         if self.first_sent_ns is None:
             self.first_sent_ns = self.clock()
         self.opening_ready = False
-        words, self._words_done = tuple(self._words_done), []
+        words = self._take_rendered_words()
         return AudioChunk(audio, self.sample_rate, self.clock(), frames, codes=codes, play_after_ns=play_after,
                           words=words, word_times=self._timed_words())
+
+    def _take_rendered_words(self) -> tuple[str, ...]:
+        """The completed words whose frames are all rendered, taken for the chunk that carries them."""
+        rendered = self.timeline.frames_rendered
+        words = tuple(word for word, end in self._words_done if end <= rendered)
+        self._words_done = [(word, end) for word, end in self._words_done if end > rendered]
+        return words
 
     def _timed_words(self) -> tuple[WordTime, ...]:
         """Place the words rendered so far in the audio. Completed words whose frames are rendered go to
@@ -307,7 +316,7 @@ class StreamSchedule:
         self._unsent.append(tail)
         # nothing audible left (or in the whole utterance): the frames not yet sent still go out, with no sound
         chunk = self.take_chunk() or AudioChunk(
-            tail, self.sample_rate, self.clock(), self._unsent_frames, words=tuple(self._words_done),
+            tail, self.sample_rate, self.clock(), self._unsent_frames, words=self._take_rendered_words(),
             codes=torch.cat(self._unsent_codes, dim=1) if self._unsent_codes else None,
             word_times=self._timed_words())
         self.times.compute_ns += self.clock() - started

@@ -30,6 +30,9 @@ class StreamTuning:
     # next words are decoded on shared cores
     shared_ahead_s: float = 1.0  # while this much sound is ahead of the player, completed words wait to be
     shared_render_s: float = 1.0  # rendered together, up to this much a render (its cost is mostly fixed)
+    shared_render_quantum: int = 4  # renders are whole multiples of this many frames (the rest waits for the next
+    # render; a unit's last frames go as they are), so the renders due together share their passes (4 frames:
+    # 40-47 ms of one thread per second of audio for 4-8 streams against 113 rendered alone, docs/results.md)
     shared_lead_s: float = 2.0  # a stream this far ahead of its player waits, so the cores go to streams nearer
     # to running dry (a new request's opening first)
 

@@ -122,10 +122,10 @@ def test_a_stream_whose_work_fails_fails_alone(tiny_bundle, monkeypatch):
             raise RuntimeError("render failed")
         render(self, unit)
 
-    def failing_render_steps(self, unit):
+    def failing_render_steps(self, unit, frames=None):
         if self.config.seed == 1:
             raise RuntimeError("render failed")
-        return (yield from render_steps(self, unit))
+        return (yield from render_steps(self, unit, frames))
 
     monkeypatch.setattr(StreamSchedule, "render", failing_render)
     monkeypatch.setattr(StreamSchedule, "render_steps", failing_render_steps)
@@ -170,19 +170,69 @@ def test_renders_of_many_streams_in_one_pass_are_each_streams_own_audio(tiny_bun
         np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
 
 
-def test_streams_on_one_worker_render_together_and_sound_as_alone(tiny_bundle):
-    """Through the worker: renders of the streams that are due in one pass run in one batch; each stream's
-    codes are its own and its audio that of its codes."""
+def test_renders_of_different_lengths_share_their_passes(tiny_bundle, monkeypatch):
+    """`render_many` cuts each push into its pieces and runs the pieces of one length together: pushes of 12, 8
+    and 4 frames take two passes of the codec decoder and of the vocoder (the 8-frame pieces of the first two, then
+    the 4-frame pieces of the first and the third), not four, and each stream hears what its own pushes make."""
+    import numpy as np
+
+    from tts.codec.mel_codec import render_many
+
+    codec = tiny_bundle(2).codec
+    torch.manual_seed(1)
+    codes = [torch.randint(0, codec.codebook_size, (codec.num_codebooks, 4 + n)) for n in (12, 8, 4)]
+    alone, together = ([codec.streaming_decoder() for _ in codes] for _ in range(2))
+    heard_alone = [np.concatenate([s.push(c[:, :4]), s.push(c[:, 4:])]) for s, c in zip(alone, codes)]
+    first = render_many(together, [c[:, :4] for c in codes], [1.0] * 3)
+    passes = {"decoder": 0, "vocoder": 0}
+    decoder, generator = codec.model.decoder.forward, codec.vocoder.generator.forward
+
+    def counting(name, forward):
+        def run(*args, **kwargs):
+            passes[name] += 1
+            return forward(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(codec.model.decoder, "forward", counting("decoder", decoder))
+    monkeypatch.setattr(codec.vocoder.generator, "forward", counting("vocoder", generator))
+    second = render_many(together, [c[:, 4:] for c in codes], [1.0] * 3)
+    assert passes == {"decoder": 2, "vocoder": 2}
+    for one, a, b in zip(heard_alone, first, second):
+        many = np.concatenate([a, b])
+        assert one.shape == many.shape and len(one) > 0
+        np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
+
+
+def test_renders_due_while_the_render_thread_is_busy_go_together_and_sound_as_alone(tiny_bundle, monkeypatch):
+    """Through the worker: the render thread's first pass is held until the other streams' renders have come due
+    behind it; they then run in one batched pass, and each stream's codes are its own and its audio that of its
+    codes (the streams alone on the render thread's own pushes)."""
+    import threading
+    import time
+
     import numpy as np
 
     bundle = tiny_bundle(2)
-    worker = StreamWorker(batch_renders=True, render_thread=False)  # renders due in one pass: deterministic
+    worker = StreamWorker(2, batch_renders=True, render_thread=True)
+    render, held, passes = StreamWorker._render, threading.Event(), []
+
+    def holding_render(self, calls):
+        if not held.is_set():
+            deadline = time.monotonic() + 30
+            while len(calls) < 2 and len(self._to_render) < 2 and time.monotonic() < deadline:  # others queue
+                time.sleep(0.001)
+            held.set()
+        passes.append(len(calls))
+        return render(self, calls)
+
+    monkeypatch.setattr(StreamWorker, "_render", holding_render)
     together = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0]))
     alone = speak_alone(tiny_bundle(2))
     for a, t in zip(alone, together):
         assert torch.equal(a, codes_of(t))
         audio = np.concatenate([c.samples for c in t])
         assert len(audio) > 0 and np.isfinite(audio).all()
+    assert max(passes) >= 2  # the renders that came due behind the held one: one pass
     assert worker.stats.render_passes > 0 and worker.stats.renders > worker.stats.render_passes
 
 
@@ -194,7 +244,7 @@ def test_renders_on_a_thread_of_their_own_sound_as_on_the_worker(tiny_bundle):
     bundle = tiny_bundle(2)
     inline = asyncio.run(_speak_together(bundle, StreamWorker(2, render_thread=False), [0.0, 0.0, 0.01]))
     threaded_worker = StreamWorker(2)
-    assert threaded_worker.render_thread and threaded_worker.renders == "thread"
+    assert threaded_worker.render_thread and threaded_worker.renders == "thread-batched"
     assert (threaded_worker.step_threads, threaded_worker.render_threads) == (1, 1)
     threaded = asyncio.run(_speak_together(bundle, threaded_worker, [0.0, 0.0, 0.01]))
     for a, t in zip(inline, threaded):
@@ -246,7 +296,8 @@ def test_a_render_that_fails_on_the_render_thread_fails_its_stream_alone(tiny_bu
 def test_render_modes_name_their_worker():
     for mode in ("inline", "inline-batched", "thread", "thread-batched"):
         assert StreamWorker.for_renders(2, mode).renders == mode
-    assert StreamWorker.for_renders(2).renders == "thread" and StreamWorker.for_renders(1).renders == "inline"
+    assert StreamWorker.for_renders(2).renders == "thread-batched"
+    assert StreamWorker.for_renders(1).renders == "inline-batched"
     one = StreamWorker(1)
     assert (one.step_threads, one.render_threads) == (1, 1)  # one thread: renders stay on the worker
     four = StreamWorker(4)

@@ -56,9 +56,10 @@ def drive(schedule: StreamSchedule, limit: int = 10_000, waits: list | None = No
     raise AssertionError("the schedule never finished")
 
 
-def schedule_for(bundle, mode: str, words: list[str], end: bool = True) -> StreamSchedule:
+def schedule_for(bundle, mode: str, words: list[str], end: bool = True, frames_per_word: int = 4) -> StreamSchedule:
     inbox = Inbox(UtteranceTimes())
-    schedule = StreamSchedule(bundle, mode, SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0)
+    schedule = StreamSchedule(bundle, mode, SynthesisConfig(seed=5, max_frames_per_word=frames_per_word), 8, inbox,
+                              max_stretch=1.0)
     for word in words:
         inbox.put_word(word)
     if end:
@@ -129,6 +130,55 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     assert len(together) < len(alone) and max(len(c.words) for c in together[1:]) > 1
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
     assert torch.equal(*codes)
+
+
+def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rendered_words(tiny_bundle, monkeypatch):
+    """Among other streams, a render is a whole multiple of `shared_render_quantum` frames (the rest waits for the
+    next render) except a unit's last, so that the renders due together share their passes; the codes are those
+    of the stream alone, and a chunk names a word only once all of the word's frames are in it or before it."""
+    from tts.inference.batching import StreamWorker
+    from tts.inference.synthesis import RenderRequest
+
+    words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
+    alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=3))
+    lengths = []
+    run = RenderRequest.run
+
+    def counted(self):
+        lengths.append(self.codes.shape[1])
+        return run(self)
+
+    monkeypatch.setattr(RenderRequest, "run", counted)
+    worker = StreamWorker()
+    worker.join()
+    worker.join()
+    inbox = Inbox(UtteranceTimes(), clock=TickClock())
+    shared = StreamSchedule(tiny_bundle(2), "s5", SynthesisConfig(seed=5, max_frames_per_word=3), 8, inbox,
+                            max_stretch=1.0, shared=worker)
+    for word in words:
+        inbox.put_word(word)
+    inbox.end()
+    ends, word_done = [], shared.timeline.word_done
+
+    def noting_ends(word, frames):
+        span = word_done(word, frames)
+        ends.append(span[1])
+        return span
+
+    shared.timeline.word_done = noting_ends
+    together = drive(shared)
+    quantum = TUNING.shared_render_quantum
+    units = 2
+    assert quantum > 1 and len(lengths) > units
+    assert sum(n % quantum != 0 for n in lengths) <= units  # only a unit's last render may be another length
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
+    assert torch.equal(*codes)
+    frames, spoken = 0, []
+    for chunk in together:
+        frames += chunk.frames
+        spoken += chunk.words
+        assert all(end <= frames for end in ends[: len(spoken)])  # each word named has all its frames sent
+    assert spoken == words and len(ends) == len(words)
 
 
 @pytest.mark.parametrize("render_ms, render_frame_ms, step_ms", [(15, 10, 0), (11, 14, 10), (11, 20, 12), (15, 25, 10)])
