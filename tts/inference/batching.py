@@ -277,12 +277,18 @@ class StreamWorker:
                 if not calls:
                     self._rendering = False
                     return
-            with torch.inference_mode():
-                outputs = self._render(_by_urgency(calls))
-            with self._cond:
-                self._rendered += [(call, outputs[call]) for call in calls]
-                self._in_render -= len(calls)
-                self._cond.notify()
+            # a stream with no sound yet renders its opening first, in a pass of its own, and is handed back before
+            # the rest: a larger pass takes longer, and a first sound is the one thing nobody hears yet
+            openings = [call for call in calls if call.schedule.first_sent_ns is None]
+            for group in (openings, [call for call in calls if call.schedule.first_sent_ns is not None]):
+                if not group:
+                    continue
+                with torch.inference_mode():
+                    outputs = self._render(_by_urgency(group))
+                with self._cond:
+                    self._rendered += [(call, outputs[call]) for call in group]
+                    self._in_render -= len(group)
+                    self._cond.notify()
 
     def _render(self, calls: list[_Call]) -> dict[_Call, object]:
         """Every pending render: in one pass per group of like streams, or each alone. A failure is the output of

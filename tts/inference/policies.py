@@ -221,12 +221,12 @@ class WordStreaming(Policy):
     def _shared_render_frames(schedule: StreamSchedule, unit: UtteranceSynthesizer) -> int | None:
         """Among other streams: how many of the pending frames to render (None: all). Whole multiples of
         `shared_render_quantum`, the rest waiting for the next render, so that the renders due together come in a
-        few lengths and share their passes (`tts/codec/mel_codec.render_many`); all at a unit's end, and all
-        while the player has less than a quantum of sound ahead."""
+        few lengths and share their passes (`tts/codec/mel_codec.render_many`); all at a unit's end, before the
+        first sound (the opening waits for nothing), and while the player has less than a quantum of sound ahead."""
         quantum = schedule.tuning.shared_render_quantum
         ahead_s = schedule.ahead_s()
-        if (schedule.eager_opening or unit.finished or quantum <= 1
-                or (ahead_s is not None and ahead_s < quantum / schedule.frame_rate)):
+        if (schedule.eager_opening or unit.finished or quantum <= 1 or ahead_s is None
+                or ahead_s < quantum / schedule.frame_rate):
             return None
         pending = schedule.pending(unit)
         return pending - pending % quantum

@@ -181,14 +181,15 @@ def test_cancelling_the_consumer_task_releases_too(tiny_bundle):
 
 
 def test_two_utterances_back_to_back_behave_alike(tiny_bundle):
-    """No state survives a request: the same text twice gives the same chunks, frame for frame."""
+    """No state survives a request: the same text twice gives the same codes and as much sound. (Where the chunks
+    are cut follows the measured cost of each step and render, a wall-clock matter, so it is not compared.)"""
     bundle = tiny_bundle(2)
 
     async def twice():
         return [await synthesize_words(bundle, WORDS, "s5", 100.0, synth_config()) for _ in range(2)]
 
     (first, t1), (second, t2) = run(twice())
-    assert [c.frames for c in first] == [c.frames for c in second]
+    assert sum(len(c.samples) for c in first) == sum(len(c.samples) for c in second) > 0
     assert torch.equal(join_codes(first), join_codes(second))
     assert t1.words == t2.words and t1.frames == t2.frames
 
