@@ -296,15 +296,16 @@ class StreamWorker:
         outputs = {}
         if not calls:
             return outputs
+        pushes = [call for call in calls if not call.request.final]  # a stream's last audio (`final`) runs alone
         try:
-            if self.batch_renders and len(calls) > 1:
-                audio = render_many([c.request.stream for c in calls], [c.request.codes for c in calls],
-                                    [c.request.stretch for c in calls])
-                outputs.update(zip(calls, audio))
+            if self.batch_renders and len(pushes) > 1:
+                audio = render_many([c.request.stream for c in pushes], [c.request.codes for c in pushes],
+                                    [c.request.stretch for c in pushes])
+                outputs.update(zip(pushes, audio))
                 self.stats.render_passes += 1
-                self.stats.renders += len(calls)
-            else:
-                for call in calls:
+                self.stats.renders += len(pushes)
+            for call in calls:
+                if call not in outputs:
                     outputs[call] = call.request.run()
         except BaseException as error:  # as a failed decoder batch: every stream in it sees the failure
             for call in calls:

@@ -153,7 +153,7 @@ class StreamSchedule:
             self._cursor = 0
         if not self._units:
             if self.input_done and not self.held_words:
-                return self._emit_tail(started), "done"
+                return (yield from self._emit_tail(started)), "done"
             return None, "idle"
         unit = self._units[0]
         if self.policy.release_hold(self, unit, started):
@@ -311,8 +311,11 @@ class StreamSchedule:
             self._announced_frame = start
         return tuple(announced)
 
-    def _emit_tail(self, started: int) -> AudioChunk:
-        tail = self._leading_silence(self._codec_stream.flush()) if self._codec_stream is not None else np.zeros(0, np.float32)
+    def _emit_tail(self, started: int) -> Steps[AudioChunk]:
+        """The codec's last audio (a render: among other streams it runs beside their decoder steps) as the last chunk."""
+        tail = np.zeros(0, np.float32)
+        if self._codec_stream is not None:
+            tail = self._leading_silence((yield RenderRequest(self._codec_stream, None, final=True)))
         self._unsent.append(tail)
         # nothing audible left (or in the whole utterance): the frames not yet sent still go out, with no sound
         chunk = self.take_chunk() or AudioChunk(

@@ -63,12 +63,15 @@ class StepRequest:
 @dataclass
 class RenderRequest:
     """One render a stream needs: `stream.push(codes, stretch)` (a driver of many streams renders several in one
-    pass: `tts.codec.mel_codec.render_many`)."""
+    pass: `tts.codec.mel_codec.render_many`), or with `final` the stream's last audio (`stream.flush()`)."""
     stream: object  # the stream's codec decoder (`StreamingMelDecoder`, or any codec's streaming decoder)
-    codes: torch.Tensor  # (K, n) the frames to render
+    codes: torch.Tensor | None  # (K, n) the frames to render (None with `final`)
     stretch: float = 1.0
+    final: bool = False
 
     def run(self) -> np.ndarray:
+        if self.final:
+            return self.stream.flush()
         return self.stream.push(self.codes, self.stretch) if self.stretch != 1.0 else self.stream.push(self.codes)
 
 

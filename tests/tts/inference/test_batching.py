@@ -255,6 +255,26 @@ def test_renders_on_a_thread_of_their_own_sound_as_on_the_worker(tiny_bundle):
     assert threaded_worker.live_streams == 0 and threaded_worker._in_render == 0 and not threaded_worker._rendered
 
 
+def test_a_streams_last_audio_renders_on_the_render_thread(tiny_bundle, monkeypatch):
+    """The codec's flush at a stream's end is a render like the others: with a render thread it runs there, not
+    between the other streams' decoder steps."""
+    import threading
+
+    from tts.codec.mel_codec import StreamingMelDecoder
+
+    flushed_on, flush = [], StreamingMelDecoder.flush
+
+    def noting_flush(self):
+        flushed_on.append(threading.current_thread().name)
+        return flush(self)
+
+    monkeypatch.setattr(StreamingMelDecoder, "flush", noting_flush)
+    worker = StreamWorker(2, render_thread=True)
+    together = asyncio.run(_speak_together(tiny_bundle(2), worker, [0.0, 0.0, 0.01]))
+    assert all(len(t) for t in together)
+    assert len(flushed_on) == len(TEXTS) and all(name.startswith("s5-render") for name in flushed_on)
+
+
 def test_a_render_that_fails_on_the_render_thread_fails_its_stream_alone(tiny_bundle, monkeypatch):
     """The render itself raises on the render thread for one stream: that stream gets the error, the others
     speak what they speak alone, and the worker serves the next request."""
