@@ -161,6 +161,12 @@ class StreamSchedule:
             self.times.compute_ns += self.clock() - started
             return chunk, "progress"
         if not unit.ready():
+            if not self.eager_opening and self.emitted_s and self.pending(unit):
+                # frames held for a whole render quantum or for the next word (`policies.WordStreaming`) go now
+                # that the text pauses: the player would otherwise run dry with them unheard, mid-word
+                yield from self.render_steps(unit)
+                self.times.compute_ns += self.clock() - started
+                return self.take_chunk(), "progress"
             return None, "idle"
         self.resume_at_ns = self._lead_cap_ns()
         if self.resume_at_ns is not None:

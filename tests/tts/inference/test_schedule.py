@@ -183,6 +183,27 @@ def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rende
     assert spoken == words and len(ends) == len(words)
 
 
+def test_among_other_streams_held_frames_go_out_when_the_text_pauses(tiny_bundle):
+    """Frames held for a whole render quantum (or for the next word's) are not left unheard while the text pauses:
+    once the stream has nothing to decode until more words come, everything decoded is rendered and sent."""
+    from tts.inference.batching import StreamWorker
+
+    worker = StreamWorker()
+    worker.join()
+    worker.join()
+    inbox = Inbox(UtteranceTimes(), clock=TickClock())
+    shared = StreamSchedule(tiny_bundle(2), "s5", SynthesisConfig(seed=5, max_frames_per_word=3), 8, inbox,
+                            max_stretch=1.0, shared=worker)
+    words = "the pump moves warmth from the cold air outside into the warm house and back again".split()
+    for word in words:
+        inbox.put_word(word)  # no end: the text pauses after these words
+    chunks = drive(shared)
+    unit = shared.front
+    assert chunks and shared.emitted_s > 0 and not unit.ready()
+    assert shared.pending(unit) == 0  # nothing decoded waits unrendered...
+    assert sum(c.frames for c in chunks) == len(unit.frames)  # ...or unsent
+
+
 @pytest.mark.parametrize("render_ms, render_frame_ms, step_ms", [(15, 10, 0), (11, 14, 10), (11, 20, 12), (15, 25, 10)])
 def test_alone_a_vocoder_with_costly_renders_opens_eagerly_and_never_leaves_the_player_dry(
         tiny_bundle, monkeypatch, render_ms, render_frame_ms, step_ms):
