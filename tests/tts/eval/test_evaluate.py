@@ -22,5 +22,9 @@ def test_eval_audio_is_what_a_chat_turn_plays(tiny_bundle, tmp_path):
         record = asyncio.run(agent.run_turn("hi"))
         assert record.error is None and record.synthesis.spoken_words > 0 and result.chunks > 0
         played = sink.audio()
-        # same words, same seed, same engine: the very same samples (the sink clips as a sound card would)
-        assert np.array_equal(np.clip(result.audio, -1, 1), played)
+        # same words, same seed, same engine: the same samples (the sink clips as a sound card would), up to float
+        # rounding: alone, where chunks are cut follows the measured cost of each step, so the two runs may render
+        # the same frames in pushes of other lengths (seen: 1e-7 at one sample in some runs, before and after 47.3)
+        expected = np.clip(result.audio, -1, 1)
+        assert expected.shape == played.shape
+        np.testing.assert_allclose(played, expected, rtol=0, atol=1e-6)
