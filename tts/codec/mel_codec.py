@@ -379,5 +379,6 @@ def _push_together(streams: list[StreamingMelDecoder], codes: list[torch.Tensor]
     out = vocoder.generator(mels.transpose(1, 2).contiguous(), vocoder_state, False)[:, 0].numpy()
     for stream, row_state, row_mel in zip(streams, split_state(vocoder_state, len(streams)), mels):
         stream.vocoder_stream.state = row_state
-        stream.last_frame = row_mel[-1].numpy()
+        if len(row_mel):  # a codec decoder with lookahead gives no frame for a stream's first piece
+            stream.last_frame = row_mel[-1].numpy()
     return list(out)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from audio_io.errors import UserError
@@ -90,6 +91,39 @@ def _bench_codec(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_renders(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from tts.eval.codec_bench import render_costs
+    from tts.inference.streaming import load_bundle
+
+    try:
+        pushes = tuple(int(n) for n in args.push_frames.split(","))
+        streams = tuple(int(n) for n in args.streams.split(","))
+    except ValueError:
+        pushes = streams = ()
+    if not pushes or not streams or min(pushes + streams) < 1:
+        raise UserError("--push-frames and --streams: comma-separated counts of at least 1, e.g. 1,4,16")
+    torch.set_num_threads(1)  # as the server's render thread
+    codec = load_bundle("s5", vocoder=args.vocoder, render_threads=1).codec
+    with torch.inference_mode():
+        result = render_costs(codec, pushes, streams)
+    result["vocoder"] = getattr(codec.config, "vocoder", None)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    table = Table(title=f"CPU ms of one thread per second of audio ({result['vocoder']})")
+    table.add_column("frames a push", justify="right")
+    for n in streams:
+        table.add_column(f"{n} stream{'s' if n > 1 else ''} together" if n > 1 else "1 stream", justify="right")
+    for row in result["rows"]:
+        table.add_row(str(row["push_frames"]), *(str(row[f"ms_per_audio_s_{n}_streams"]) for n in streams))
+    Console().print(table)
+    return 0
+
+
 def _bench_tts(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -158,6 +192,14 @@ def register(commands: argparse._SubParsersAction, bench_kinds: argparse._SubPar
                                   "compare them on the same clips (the Piper voice speaks anew each run), one result each")
     codec_bench.add_argument("--limit", type=int, default=40, help="utterances evaluated")
     codec_bench.set_defaults(func=_bench_codec)
+    renders = bench_kinds.add_parser("renders", help="what a render costs per second of audio, by push length and "
+                                     "streams rendered together (the server's render thread, one torch thread)")
+    renders.add_argument("--json", action="store_true")
+    renders.add_argument("--push-frames", default="1,4,16", help="codec frames a push (comma-separated)")
+    renders.add_argument("--streams", default="1,4,8", help="streams whose pushes render in one pass (comma-separated)")
+    renders.add_argument("--vocoder", default="fast", help="'fast', 'universal' or a folder (default: fast, the "
+                         "server's usual voice)")
+    renders.set_defaults(func=_bench_renders)
     words = bench_kinds.add_parser("words", help="S5's word times against Whisper's word timestamps, beside Whisper's "
                                    "own error on Piper speech whose word starts are exact")
     words.add_argument("--json", action="store_true")

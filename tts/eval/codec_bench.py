@@ -116,3 +116,34 @@ def run_codec_bench(codec: Codec, clips: list[Clip], progress=None, quality: boo
         "distillmos_original": round(float(np.mean(dmos_orig)), 3),
         "distillmos_roundtrip": round(float(np.mean(dmos_rt)), 3),
     }
+
+
+def render_costs(codec, push_lengths: tuple[int, ...] = (1, 4, 16), stream_counts: tuple[int, ...] = (1, 4, 8),
+                 frames: int = 256, seed: int = 0) -> dict:
+    """What a render costs: CPU seconds of this thread (run it with one torch thread) per second of audio, for
+    `frames` random codes a stream rendered through the codec's streaming decoder and vocoder in pushes of each
+    length, one stream alone or several streams' pushes in one pass (`tts/codec/mel_codec.render_many`, as the
+    server's worker renders). The first two pushes of each run are warm-up, not timed."""
+    import torch
+
+    from tts.codec.mel_codec import render_many
+
+    generator = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, codec.codebook_size, (codec.num_codebooks, frames), generator=generator)
+    rows = []
+    for push in push_lengths:
+        row = {"push_frames": push}
+        for n in stream_counts:
+            streams = [codec.streaming_decoder() for _ in range(n)]
+            timed_frames, cpu_s = 0, 0.0
+            for i, start in enumerate(range(0, frames - push + 1, push)):
+                piece = codes[:, start : start + push]
+                started = time.thread_time()
+                render_many(streams, [piece] * n, [1.0] * n)
+                if i >= 2:
+                    cpu_s += time.thread_time() - started
+                    timed_frames += push * n
+            row[f"ms_per_audio_s_{n}_streams"] = round(1000 * cpu_s / (timed_frames / codec.frame_rate), 1) \
+                if timed_frames else None
+        rows.append(row)
+    return {"frames_per_stream": frames, "rows": rows}
