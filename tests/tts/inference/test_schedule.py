@@ -67,6 +67,23 @@ def schedule_for(bundle, mode: str, words: list[str], end: bool = True, frames_p
     return schedule
 
 
+def shared_schedule(bundle, words: list[str], end: bool = True, frames_per_word: int = 4) -> StreamSchedule:
+    """An s5 stream on a tick clock with another stream live on its worker (as `schedule_for`, among others)."""
+    from tts.inference.batching import StreamWorker
+
+    worker = StreamWorker()
+    worker.join()  # another stream is live...
+    worker.join()  # ...beside this one (its driver would join it)
+    inbox = Inbox(UtteranceTimes(), clock=TickClock())
+    schedule = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=frames_per_word), 8, inbox,
+                              max_stretch=1.0, shared=worker)
+    for word in words:
+        inbox.put_word(word)
+    if end:
+        inbox.end()
+    return schedule
+
+
 def test_each_unit_starts_with_fresh_state_and_modes_cut_the_same_units(tiny_bundle):
     """A reply of several sentences, one long: s5 (all words in, then the end) and t5 open the same units, each a new
     synthesizer with its own decoder; both speak every word once, in order, with the same codes."""
@@ -106,21 +123,11 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     """With another stream live on the batcher, a stream spends fewer, larger renders: no frame-by-frame opening,
     a first chunk of at least `shared_first_chunk_s`, and, once more than `shared_ahead_s` of sound is ahead of the
     player, several words per render. The codes are the same as alone: only the rendering is grouped."""
-    from tts.inference.batching import StreamWorker
-
     words = ("The pump moves warmth from the cold air outside into the warm house and back again in summer when "
              "the days are long").split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words))
     bundle = tiny_bundle(2)
-    worker = StreamWorker()
-    worker.join()  # another stream is live...
-    worker.join()  # ...beside this one (its driver would join it)
-    inbox = Inbox(UtteranceTimes(), clock=TickClock())
-    shared = StreamSchedule(bundle, "s5", SynthesisConfig(seed=5, max_frames_per_word=4), 8, inbox, max_stretch=1.0,
-                            shared=worker)
-    for word in words:
-        inbox.put_word(word)
-    inbox.end()
+    shared = shared_schedule(bundle, words)
     waits = []
     together = drive(shared, waits=waits)
     assert not shared.eager_opening
@@ -137,7 +144,6 @@ def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rende
     frames (the rest waits for the next render) except a unit's last, so that the renders due together share their
     passes; the codes are those of the stream alone, and a chunk names a word only once all of the word's frames
     are in it or before it."""
-    from tts.inference.batching import StreamWorker
     from tts.inference.synthesis import RenderRequest
 
     words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
@@ -151,15 +157,7 @@ def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rende
         return run(self)
 
     monkeypatch.setattr(RenderRequest, "run", counted)
-    worker = StreamWorker()
-    worker.join()
-    worker.join()
-    inbox = Inbox(UtteranceTimes(), clock=TickClock())
-    shared = StreamSchedule(tiny_bundle(2), "s5", SynthesisConfig(seed=5, max_frames_per_word=3), 8, inbox,
-                            max_stretch=1.0, shared=worker)
-    for word in words:
-        inbox.put_word(word)
-    inbox.end()
+    shared = shared_schedule(tiny_bundle(2), words, frames_per_word=3)
     ends, word_done = [], shared.timeline.word_done
 
     def noting_ends(word, frames):
@@ -186,17 +184,8 @@ def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rende
 def test_among_other_streams_held_frames_go_out_when_the_text_pauses(tiny_bundle):
     """Frames held for a whole render quantum (or for the next word's) are not left unheard while the text pauses:
     once the stream has nothing to decode until more words come, everything decoded is rendered and sent."""
-    from tts.inference.batching import StreamWorker
-
-    worker = StreamWorker()
-    worker.join()
-    worker.join()
-    inbox = Inbox(UtteranceTimes(), clock=TickClock())
-    shared = StreamSchedule(tiny_bundle(2), "s5", SynthesisConfig(seed=5, max_frames_per_word=3), 8, inbox,
-                            max_stretch=1.0, shared=worker)
     words = "the pump moves warmth from the cold air outside into the warm house and back again".split()
-    for word in words:
-        inbox.put_word(word)  # no end: the text pauses after these words
+    shared = shared_schedule(tiny_bundle(2), words, end=False, frames_per_word=3)  # the text pauses after these
     chunks = drive(shared)
     unit = shared.front
     assert chunks and shared.emitted_s > 0 and not unit.ready()
