@@ -222,13 +222,17 @@ class WordStreaming(Policy):
         """Among other streams: how many of the pending frames to render (None: all). Whole multiples of
         `shared_render_quantum`, the rest waiting for the next render, so that the renders due together come in a
         few lengths and share their passes (`tts/codec/mel_codec.render_many`); all at a unit's end, before the
-        first sound (the opening waits for nothing), and while the player has less than a quantum of sound ahead."""
+        first sound (the opening waits for nothing), and when less than a quantum is pending and the player has
+        less than a quantum of sound ahead. A stream running dry renders whole quanta too: a pass's cost is mostly
+        fixed (reading the weights), and at 16 sessions the 1- and 2-frame remainders took 45% of the render
+        thread (docs/results.md), which made every stream run drier."""
         quantum = schedule.tuning.shared_render_quantum
         ahead_s = schedule.ahead_s()
-        if (schedule.eager_opening or unit.finished or quantum <= 1 or ahead_s is None
-                or ahead_s < quantum / schedule.frame_rate):
+        if schedule.eager_opening or unit.finished or quantum <= 1 or ahead_s is None:
             return None
         pending = schedule.pending(unit)
+        if pending < quantum and ahead_s < quantum / schedule.frame_rate:
+            return None
         return pending - pending % quantum
 
     @staticmethod

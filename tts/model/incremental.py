@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from tts.model.batch import TEXT_BOS, TEXT_EOS
-from tts.model.layers import KVCache, sinusoidal_positions
+from tts.model.layers import KVCache, additive_mask, sinusoidal_positions
 from tts.model.masks import causal_mask, cross_slot_mask
 from tts.model.s5tts import S5TTS
 
@@ -237,7 +237,8 @@ def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], st
     B, K = len(states), c.num_codebooks
     positions = torch.tensor([s.position for s in states])
     x = model.embed_frames(torch.stack(input_codes)) + sinusoidal_positions(positions, c.d_model)[:, None]  # (B, 1, C)
-    cross_masks = [cross_slot_mask(s.slot_words, s.slot_versions, w, c.lookahead_words)[None] for s, w in zip(states, step_words)]
+    cross_masks = [additive_mask(cross_slot_mask(s.slot_words, s.slot_versions, w, c.lookahead_words))[None, None]
+                   for s, w in zip(states, step_words)]  # (1, 1, 1, L_b) each, for every layer
     attention: list[list[torch.Tensor]] = [[] for _ in states]
     for i, layer in enumerate(model.decoder_layers):
         aligned = i in c.alignment_layers

@@ -20,10 +20,12 @@ def sinusoidal_positions(positions: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
-    """A query row with nothing to attend to (a padding row) would give NaN; let it see everything instead.
-    Only padding rows are ever empty, and their outputs are never used."""
-    return mask | ~mask.any(dim=-1, keepdim=True)
+def additive_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask (True = may attend) as what attention adds to its logits: 0 or -inf. A query row with nothing
+    to attend to (a padding row) would give NaN; it sees everything instead (only padding rows are ever empty,
+    and their outputs are never used)."""
+    opened = mask | ~mask.any(dim=-1, keepdim=True)
+    return torch.zeros(opened.shape, device=opened.device).masked_fill_(~opened, float("-inf"))
 
 
 class Attention(nn.Module):
@@ -50,9 +52,9 @@ class Attention(nn.Module):
         self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
         bias: torch.Tensor | None = None, return_scores: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, S, C) queries; k, v: (B, nh, T, hs); mask: (B, S, T) or (S, T) bool, True = may attend (None:
-        every key, as for the one new step of a decoder); bias: optional (B, S, T) added to the logits (attention
-        prior). Returns (B, S, C) and, if asked, the masked logits (B, nh, S, T)."""
+        """x: (B, S, C) queries; k, v: (B, nh, T, hs); mask: (B, S, T) or (S, T) bool, True = may attend, or its
+        `additive_mask` (None: every key, as for the one new step of a decoder); bias: optional (B, S, T) added to
+        the logits (attention prior). Returns (B, S, C) and, if asked, the masked logits (B, nh, S, T)."""
         y, scores = self.attend_heads(self.project_q(x), k, v, mask, bias, return_scores)
         return self.out(y), scores
 
@@ -67,10 +69,13 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attend` after the query projection and before the output projection: q (B, nh, S, hs) -> the heads
         joined (B, S, C) and, if asked, the masked logits. A batch of utterances whose keys differ in length runs
-        this per utterance and the projections around it once for all (`tts/model/incremental.decode_steps`)."""
+        this per utterance and the projections around it once for all (`tts/model/incremental.decode_steps`), with
+        the mask as `additive_mask` made once per step rather than once per layer."""
         B, _, S, _ = q.shape
+        if mask is not None and mask.dtype == torch.bool:
+            mask = additive_mask(mask)
         if mask is not None:
-            mask = _open_empty_rows(mask)
+            mask = mask.to(q.dtype)
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # (B, 1, S, T)
         dropout = self.dropout if self.training else 0.0
@@ -82,8 +87,9 @@ class Attention(nn.Module):
             if bias is not None:
                 scores = scores + bias.unsqueeze(1)
             if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            y = F.dropout(scores.softmax(-1), dropout, self.training) @ v
+                scores = scores + mask
+            probs = scores.softmax(-1)
+            y = (F.dropout(probs, dropout) if self.training else probs) @ v
         return y.transpose(1, 2).reshape(B, S, self.n_heads * self.head_dim), scores
 
 

@@ -181,6 +181,34 @@ def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rende
     assert spoken == words and len(ends) == len(words)
 
 
+def test_among_other_streams_a_stream_running_dry_still_renders_whole_quanta(tiny_bundle, monkeypatch):
+    """A stream whose player is about to run dry (less than a quantum of sound ahead) renders whole quanta too when
+    it has a quantum pending, the rest waiting for the next word: on a loaded server every stream is short of sound,
+    and renders of odd lengths (a pass each for their 2- and 1-frame pieces) are what kept them short. Only what is
+    less than a quantum goes as it is; the codes are the stream's own."""
+    from tts.inference.synthesis import RenderRequest
+
+    words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
+    alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6))
+    lengths = []
+    run = RenderRequest.run
+
+    def counted(self):
+        if shared.first_sent_ns is not None and not self.final:
+            lengths.append(self.codes.shape[1])
+        return run(self)
+
+    monkeypatch.setattr(RenderRequest, "run", counted)
+    shared = shared_schedule(tiny_bundle(2), words, frames_per_word=6)
+    monkeypatch.setattr(shared, "ahead_s", lambda: None if shared.first_sent_ns is None else 0.0)  # always dry
+    together = drive(shared)
+    quantum, units = TUNING.shared_render_quantum, 2
+    assert any(n >= quantum for n in lengths)
+    assert sum(n % quantum != 0 and n > quantum for n in lengths) <= units  # a unit's last render may be any length
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
+    assert torch.equal(*codes)
+
+
 def test_among_other_streams_held_frames_go_out_when_the_text_pauses(tiny_bundle):
     """Frames held for a whole render quantum (or for the next word's) are not left unheard while the text pauses:
     once the stream has nothing to decode until more words come, everything decoded is rendered and sent."""
