@@ -317,43 +317,61 @@ class StreamingMelDecoder:
 @torch.inference_mode()
 def render_many(streams: list[StreamingMelDecoder], codes: list[torch.Tensor],
                 stretches: list[float]) -> list[np.ndarray]:
-    """`stream.push(codes, stretch)` for several streams of one codec, in rounds: each push is cut into the pieces
-    a push runs as (`StreamingMelDecoder.PUSH_LENGTHS`), and each round runs the piece length the most streams
-    still have, the codec decoder and the vocoder once for every group of those pieces whose states stack
-    (`stack_states`): pushes of 12 (8 + 4), 8 and 4 frames take two passes, not four. The convolutions stream
-    exactly, so the order of a push's pieces changes no sample. A stretched push, or another codec's stream, runs
-    alone. Each stream's audio is what its own push makes, up to float rounding."""
+    """`stream.push(codes, stretch)` for several streams of one codec in few passes, each running the codec decoder
+    and the vocoder once for every group of streams whose states stack (`stack_states`). A pass's cost is mostly
+    fixed (the weights are read once whatever the frames), so the passes are planned to be few (`_plan`). The
+    convolutions stream exactly, so how a push is cut changes no sample: each stream's audio is what its own push
+    makes, up to float rounding. A stretched push, or another codec's stream, runs alone."""
     audio: list[np.ndarray | None] = [None] * len(streams)
-    pieces: dict[int, list[int]] = {}  # stream -> the lengths of its pieces not yet run
-    parts: dict[int, list[np.ndarray]] = {}
-    starts: dict[int, int] = {}
+    lengths: dict[int, int] = {}  # stream -> frames to push together
     for i, (stream, c) in enumerate(zip(streams, codes)):
         if type(stream) is StreamingMelDecoder and stretches[i] == 1.0 and c.shape[1]:
-            pieces[i], parts[i], starts[i] = _pieces(c.shape[1]), [], 0
+            lengths[i] = c.shape[1]
         else:
             audio[i] = stream.push(c, stretches[i]) if stretches[i] != 1.0 else stream.push(c)
-    while any(pieces.values()):
-        counts: dict[int, int] = {}
-        for lengths in pieces.values():
-            for n in set(lengths):
-                counts[n] = counts.get(n, 0) + 1
-        n = max(counts, key=lambda n: (counts[n], n))
-        groups: dict[tuple, list[int]] = {}
-        for i, lengths in pieces.items():
-            if n in lengths:
-                lengths.remove(n)
-                stream = streams[i]
-                key = (id(stream.codec), state_signature(stream.conv_state), id(stream.vocoder_stream.vocoder),
-                       state_signature(stream.vocoder_stream.state))
-                groups.setdefault(key, []).append(i)
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in lengths}
+    for run in _plan(lengths):
+        groups: dict[tuple, list[tuple[int, int, int]]] = {}
+        for i, start, n in run:
+            stream = streams[i]
+            key = (id(stream.codec), state_signature(stream.conv_state), id(stream.vocoder_stream.vocoder),
+                   state_signature(stream.vocoder_stream.state))
+            groups.setdefault(key, []).append((i, start, n))
         for members in groups.values():
-            run = [codes[i][:, starts[i] : starts[i] + n] for i in members]
-            for i, piece_audio in zip(members, _push_together([streams[i] for i in members], run)):
+            pieces = [codes[i][:, start : start + n] for i, start, n in members]
+            for (i, _, _), piece_audio in zip(members, _push_together([streams[i] for i, _, _ in members], pieces)):
                 parts[i].append(piece_audio)
-                starts[i] += n
     for i, heard in parts.items():
         audio[i] = np.concatenate(heard) if len(heard) > 1 else heard[0]
     return audio
+
+
+def _plan(lengths: dict[int, int]) -> list[list[tuple[int, int, int]]]:
+    """The passes that push `lengths` (stream -> frames), each a list of (stream, first frame, frames) of one length:
+    one pass per push length (four pushes of 12 frames: one pass), or rounds of one piece length
+    (`StreamingMelDecoder.PUSH_LENGTHS`), each the length the most streams still have (pushes of 12 = 8 + 4, 8 and 4
+    frames: two passes, not three), whichever is fewer."""
+    by_length: dict[int, list[int]] = {}
+    for i, n in lengths.items():
+        by_length.setdefault(n, []).append(i)
+    whole = [[(i, 0, n) for i in members] for n, members in by_length.items()]
+    pieces = {i: _pieces(n) for i, n in lengths.items()}
+    starts = dict.fromkeys(lengths, 0)
+    rounds = []
+    while any(pieces.values()):
+        counts: dict[int, int] = {}
+        for left in pieces.values():
+            for n in set(left):
+                counts[n] = counts.get(n, 0) + 1
+        n = max(counts, key=lambda n: (counts[n], n))
+        run = []
+        for i, left in pieces.items():
+            if n in left:
+                left.remove(n)
+                run.append((i, starts[i], n))
+                starts[i] += n
+        rounds.append(run)
+    return rounds if len(rounds) < len(whole) else whole
 
 
 def _pieces(frames: int) -> list[int]:
@@ -366,13 +384,18 @@ def _pieces(frames: int) -> list[int]:
 
 
 def _push_together(streams: list[StreamingMelDecoder], codes: list[torch.Tensor]) -> list[np.ndarray]:
-    """One piece each (equal lengths, stackable states): the codec decoder and the vocoder once for all."""
+    """One push each (equal lengths, stackable states), as `StreamingMelDecoder.push` runs it: the codec decoder in
+    its pieces and the vocoder once, each for all of the streams at once."""
     if len(streams) == 1:
         return [streams[0].push(codes[0])]
     codec, vocoder = streams[0].codec, streams[0].vocoder_stream.vocoder
     state = stack_states([s.conv_state for s in streams])
     q = codec.model.fsq.from_codes(torch.stack(codes).long())  # (B, dim, n)
-    mels = codec.model.denormalize(codec.model.decoder(q, state, False))  # (B, n * stack, 80)
+    decoded, start = [], 0
+    for n in _pieces(q.shape[2]):
+        decoded.append(codec.model.decoder(q[:, :, start : start + n], state, False))  # (B, 80, n * stack)
+        start += n
+    mels = codec.model.denormalize(torch.cat(decoded, dim=2) if len(decoded) > 1 else decoded[0])  # (B, n * stack, 80)
     for stream, row_state in zip(streams, split_state(state, len(streams))):
         stream.conv_state = row_state
     vocoder_state = stack_states([s.vocoder_stream.state for s in streams])

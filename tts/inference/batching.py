@@ -17,7 +17,7 @@ of their steps and renders took about four times as long as alone. So one thread
   stream does): the decoder steps are dispatch-bound Python and the renders convolutions that release the
   interpreter lock, so on two cores the two overlap where one thread did them in turn. Renders that come due
   while the render thread is busy wait and go together in its next pass. With `batch_renders` (the default)
-  the renders of a pass run as one codec-decoder and one vocoder call per piece length and group of like streams
+  the renders of a pass run in few codec-decoder and vocoder calls, each for a group of like streams
   (`tts/codec/mel_codec.render_many`; among other streams renders are whole multiples of a few frames,
   `StreamTuning.shared_render_quantum`, so they come in few lengths), else each alone;
 - streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream

@@ -1,6 +1,7 @@
 """Many streams on one worker, their decoder steps batched: each stream speaks exactly what it speaks alone."""
 import asyncio
 
+import pytest
 import torch
 
 from tts.inference.batching import StreamWorker
@@ -170,22 +171,36 @@ def test_renders_of_many_streams_in_one_pass_are_each_streams_own_audio(tiny_bun
         np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
 
 
-def test_renders_of_different_lengths_share_their_passes(tiny_bundle, monkeypatch):
-    """`render_many` cuts each push into its pieces and runs the pieces of one length together: pushes of 12, 8
-    and 4 frames take two passes of the codec decoder and of the vocoder (the 8-frame pieces of the first two, then
-    the 4-frame pieces of the first and the third), not four, and each stream hears what its own pushes make."""
+@pytest.mark.parametrize("lengths, passes", [((12, 8, 4), {"decoder": 2, "vocoder": 2}),
+                                              ((12, 12, 12, 12), {"decoder": 2, "vocoder": 1})])
+def test_renders_of_several_streams_take_few_passes(tiny_bundle, monkeypatch, lengths, passes):
+    """`render_many` plans few passes. Pushes of 12 (8 + 4), 8 and 4 frames run as rounds of one piece length (the
+    8-frame pieces of the first two, then the 4-frame pieces of the first and the third): two passes of the codec
+    decoder and two of the vocoder, not three. Four pushes of 12 frames run as one push length: the codec decoder
+    twice (its pieces), the vocoder once for all four, as a stream's own push runs it. Each stream hears what its
+    own pushes make."""
     import numpy as np
 
     from tts.codec.mel_codec import render_many
 
     codec = tiny_bundle(2).codec
     torch.manual_seed(1)
-    codes = [torch.randint(0, codec.codebook_size, (codec.num_codebooks, 4 + n)) for n in (12, 8, 4)]
+    codes = [torch.randint(0, codec.codebook_size, (codec.num_codebooks, 4 + n)) for n in lengths]
     alone, together = ([codec.streaming_decoder() for _ in codes] for _ in range(2))
     heard_alone = [np.concatenate([s.push(c[:, :4]), s.push(c[:, 4:])]) for s, c in zip(alone, codes)]
-    first = render_many(together, [c[:, :4] for c in codes], [1.0] * 3)
+    first = render_many(together, [c[:, :4] for c in codes], [1.0] * len(codes))
+    counted = counted_passes(codec, monkeypatch)
+    second = render_many(together, [c[:, 4:] for c in codes], [1.0] * len(codes))
+    assert counted == passes
+    for one, a, b in zip(heard_alone, first, second):
+        many = np.concatenate([a, b])
+        assert one.shape == many.shape and len(one) > 0
+        np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
+
+
+def counted_passes(codec, monkeypatch) -> dict[str, int]:
+    """From now on, how many times the codec's decoder and its vocoder run (a dict that counts)."""
     passes = {"decoder": 0, "vocoder": 0}
-    decoder, generator = codec.model.decoder.forward, codec.vocoder.generator.forward
 
     def counting(name, forward):
         def run(*args, **kwargs):
@@ -193,14 +208,9 @@ def test_renders_of_different_lengths_share_their_passes(tiny_bundle, monkeypatc
             return forward(*args, **kwargs)
         return run
 
-    monkeypatch.setattr(codec.model.decoder, "forward", counting("decoder", decoder))
-    monkeypatch.setattr(codec.vocoder.generator, "forward", counting("vocoder", generator))
-    second = render_many(together, [c[:, 4:] for c in codes], [1.0] * 3)
-    assert passes == {"decoder": 2, "vocoder": 2}
-    for one, a, b in zip(heard_alone, first, second):
-        many = np.concatenate([a, b])
-        assert one.shape == many.shape and len(one) > 0
-        np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
+    monkeypatch.setattr(codec.model.decoder, "forward", counting("decoder", codec.model.decoder.forward))
+    monkeypatch.setattr(codec.vocoder.generator, "forward", counting("vocoder", codec.vocoder.generator.forward))
+    return passes
 
 
 def test_renders_due_while_the_render_thread_is_busy_go_together_and_sound_as_alone(tiny_bundle, monkeypatch):
