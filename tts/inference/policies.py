@@ -155,7 +155,7 @@ class WordStreaming(Policy):
             steps = max(1, min(steps, budget - schedule.pending(unit)))
         completed = yield from schedule.decode(unit, max_frames=steps, stop_at_word=True)
         emit = bool(completed) or unit.finished or (budget is not None and schedule.pending(unit) >= budget)
-        if emit and self._renders_together(schedule, unit):
+        if emit and (self._renders_together(schedule, unit) or self._opening_short(schedule, unit)):
             emit = False
         if not emit:
             return None
@@ -234,6 +234,17 @@ class WordStreaming(Policy):
         if pending < quantum and ahead_s < quantum / schedule.frame_rate:
             return None
         return pending - pending % quantum
+
+    @staticmethod
+    def _opening_short(schedule: StreamSchedule, unit: UtteranceSynthesizer) -> bool:
+        """Among other streams, before the first sound: would a render now still leave less than the first chunk's
+        `shared_first_chunk_s`? Then the stream decodes on and one render voices its opening: rendered word by word,
+        the stream waited for its first word's render (behind the render thread's pass) before its second word's
+        steps, and the first sound for both (docs/results.md)."""
+        if schedule.eager_opening or schedule.emitted_s or unit.finished:
+            return False
+        audio_s = schedule.unsent_s() + max(0, schedule.pending(unit) - schedule.held_back) / schedule.frame_rate
+        return audio_s < schedule.tuning.shared_first_chunk_s
 
     @staticmethod
     def _renders_together(schedule: StreamSchedule, unit: UtteranceSynthesizer) -> bool:

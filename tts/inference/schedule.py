@@ -89,7 +89,8 @@ class StreamSchedule:
         self._words_done: list[tuple[str, int]] = []  # (word, its end frame): completed, not yet in a chunk
         self.input_done = False  # the end of the text has been taken
         self._codec_stream = bundle.codec.streaming_decoder()
-        self.opening_first_render = held_back_frames(bundle.codec) + tuning.opening_frames_past_holdback
+        self.held_back = held_back_frames(bundle.codec)  # codec frames a render keeps for its right context
+        self.opening_first_render = self.held_back + tuning.opening_frames_past_holdback
         self._leading_silence = LeadingSilence(self.sample_rate)
         self.timeline = WordTimeline(self.sample_rate)  # each word's place in the audio
         self._untimed: list[tuple[str, tuple[int, int]]] = []  # completed words whose frames are not rendered yet

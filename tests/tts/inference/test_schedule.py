@@ -139,6 +139,30 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     assert torch.equal(*codes)
 
 
+def test_among_other_streams_one_render_voices_the_opening(tiny_bundle, monkeypatch):
+    """Among other streams, words short of a first chunk (`shared_first_chunk_s`) are not rendered one by one before
+    the first sound: the stream decodes on, and one render voices the whole first chunk, which leaves with it."""
+    from tts.inference.synthesis import RenderRequest
+
+    words = "I am so glad to see you here today, my old friend from the city.".split()
+    alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=2))
+    before_sound = []
+    run = RenderRequest.run
+
+    def counted(self):
+        if shared.first_sent_ns is None:
+            before_sound.append(self.codes.shape[1])
+        return run(self)
+
+    monkeypatch.setattr(RenderRequest, "run", counted)
+    shared = shared_schedule(tiny_bundle(2), words, frames_per_word=2)
+    together = drive(shared)
+    assert len(before_sound) == 1  # word by word, this opening took several renders
+    assert len(together[0].samples) / shared.sample_rate >= TUNING.shared_first_chunk_s
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
+    assert torch.equal(*codes)
+
+
 def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rendered_words(tiny_bundle, monkeypatch):
     """Among other streams, once its first sound is sent, a render is a whole multiple of `shared_render_quantum`
     frames (the rest waits for the next render) except a unit's last, so that the renders due together share their
