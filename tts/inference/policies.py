@@ -163,9 +163,8 @@ class WordStreaming(Policy):
         if frames == 0:
             return None
         yield from schedule.render_steps(unit, frames)  # among other streams, rendered in one pass with theirs
-        holding = (not schedule.eager_opening and not schedule.emitted_s and not unit.finished
-                   and schedule.unsent_s() < tuning.shared_first_chunk_s)
-        return None if holding else schedule.take_chunk()
+        # a render may give less sound than estimated (a dropped leading silence): still short, the opening waits
+        return None if self._opening_short(schedule, unit) else schedule.take_chunk()
 
     # ---- alone: the opening ----------------------------------------------------------------------------
     @staticmethod

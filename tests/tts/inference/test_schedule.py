@@ -84,6 +84,23 @@ def shared_schedule(bundle, words: list[str], end: bool = True, frames_per_word:
     return schedule
 
 
+def rendered_lengths(monkeypatch, schedule: StreamSchedule) -> tuple[list[int], list[int]]:
+    """From now on, the frames of each render `schedule` runs (its last audio, the codec's flush, not counted): the
+    lists of those before its first sound is sent and of those after, filled as it runs."""
+    from tts.inference.synthesis import RenderRequest
+
+    before, after = [], []
+    run = RenderRequest.run
+
+    def counted(request):
+        if not request.final:
+            (before if schedule.first_sent_ns is None else after).append(request.codes.shape[1])
+        return run(request)
+
+    monkeypatch.setattr(RenderRequest, "run", counted)
+    return before, after
+
+
 def test_each_unit_starts_with_fresh_state_and_modes_cut_the_same_units(tiny_bundle):
     """A reply of several sentences, one long: s5 (all words in, then the end) and t5 open the same units, each a new
     synthesizer with its own decoder; both speak every word once, in order, with the same codes."""
@@ -142,20 +159,10 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
 def test_among_other_streams_one_render_voices_the_opening(tiny_bundle, monkeypatch):
     """Among other streams, words short of a first chunk (`shared_first_chunk_s`) are not rendered one by one before
     the first sound: the stream decodes on, and one render voices the whole first chunk, which leaves with it."""
-    from tts.inference.synthesis import RenderRequest
-
     words = "I am so glad to see you here today, my old friend from the city.".split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=2))
-    before_sound = []
-    run = RenderRequest.run
-
-    def counted(self):
-        if shared.first_sent_ns is None:
-            before_sound.append(self.codes.shape[1])
-        return run(self)
-
-    monkeypatch.setattr(RenderRequest, "run", counted)
     shared = shared_schedule(tiny_bundle(2), words, frames_per_word=2)
+    before_sound, _ = rendered_lengths(monkeypatch, shared)
     together = drive(shared)
     assert len(before_sound) == 1  # word by word, this opening took several renders
     assert len(together[0].samples) / shared.sample_rate >= TUNING.shared_first_chunk_s
@@ -168,20 +175,10 @@ def test_among_other_streams_renders_are_whole_quanta_and_chunks_name_only_rende
     frames (the rest waits for the next render) except a unit's last, so that the renders due together share their
     passes; the codes are those of the stream alone, and a chunk names a word only once all of the word's frames
     are in it or before it."""
-    from tts.inference.synthesis import RenderRequest
-
     words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=3))
-    lengths = []
-    run = RenderRequest.run
-
-    def counted(self):
-        if shared.first_sent_ns is not None and not self.final:  # past the opening (words render as they complete)
-            lengths.append(self.codes.shape[1])
-        return run(self)
-
-    monkeypatch.setattr(RenderRequest, "run", counted)
     shared = shared_schedule(tiny_bundle(2), words, frames_per_word=3)
+    _, lengths = rendered_lengths(monkeypatch, shared)  # past the opening
     ends, word_done = [], shared.timeline.word_done
 
     def noting_ends(word, frames):
@@ -210,20 +207,10 @@ def test_among_other_streams_a_stream_running_dry_still_renders_whole_quanta(tin
     it has a quantum pending, the rest waiting for the next word: on a loaded server every stream is short of sound,
     and renders of odd lengths (a pass each for their 2- and 1-frame pieces) are what kept them short. Only what is
     less than a quantum goes as it is; the codes are the stream's own."""
-    from tts.inference.synthesis import RenderRequest
-
     words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6))
-    lengths = []
-    run = RenderRequest.run
-
-    def counted(self):
-        if shared.first_sent_ns is not None and not self.final:
-            lengths.append(self.codes.shape[1])
-        return run(self)
-
-    monkeypatch.setattr(RenderRequest, "run", counted)
     shared = shared_schedule(tiny_bundle(2), words, frames_per_word=6)
+    _, lengths = rendered_lengths(monkeypatch, shared)  # past the opening
     monkeypatch.setattr(shared, "ahead_s", lambda: None if shared.first_sent_ns is None else 0.0)  # always dry
     together = drive(shared)
     quantum, units = TUNING.shared_render_quantum, 2
