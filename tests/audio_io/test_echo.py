@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agent.listen import HeardLine, Listener, SpeechResumed, UserSpeaking
-from audio_io.echo import EchoGate, PlaybackLevels, level_dbfs
+from audio_io.echo import EchoGate, PlaybackLevels, level_dbfs, window_levels_dbfs
 from audio_io.vad import VAD_RATE
 from audio_io.wav import read_wav, resample
 
@@ -44,6 +44,18 @@ def test_level_of_a_full_scale_sine_and_of_silence():
     sine = np.sin(np.arange(16000) * 2 * np.pi * 440 / 16000)
     assert level_dbfs(sine) == pytest.approx(-3.01, abs=0.05)
     assert level_dbfs(np.zeros(100)) == -100.0
+
+
+def test_a_player_levels_each_window_as_the_block_level_does():
+    rng = np.random.default_rng(0)
+    samples = np.concatenate([rng.normal(0, 0.2, 500), np.zeros(300), rng.normal(0, 0.01, 137)]).astype(np.float32)
+    window = 100
+    expected = [level_dbfs(samples[i : i + window]) for i in range(0, len(samples), window)]
+    assert window_levels_dbfs(samples, window) == pytest.approx(expected, abs=1e-9)  # the 37-sample tail too
+    played = PlaybackLevels()
+    played.add(1_000_000_000, samples, 10_000)  # 10 ms windows of 100 samples: the 6th window (0.05 s in) is silent
+    assert played.loudest(1_050_000_000, 1_050_000_000) == -100.0
+    assert played.loudest(1_000_000_000, 1_090_000_000) == pytest.approx(max(expected))
 
 
 def test_the_agents_own_voice_never_interrupts_but_a_louder_user_does(voice):

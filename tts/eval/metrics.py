@@ -18,10 +18,22 @@ from audio_io.wav import resample
 from tts.frontend.text import normalize_text
 
 
+# Contractions spelled out, as Whisper's own English normaliser does: Whisper writes "you're" for a spoken "you
+# are" as often as not, and scored as written that is two errors where no word was lost ("'s" -> "is" possessives
+# too, on both sides alike)
+CONTRACTIONS = ((r"\bwon't\b", "will not"), (r"\bcan't\b", "can not"), (r"\blet's\b", "let us"),
+                (r"n't\b", " not"), (r"'re\b", " are"), (r"'s\b", " is"), (r"'d\b", " would"),
+                (r"'ll\b", " will"), (r"'ve\b", " have"), (r"'m\b", " am"))
+
+
 def words_for_scoring(text: str) -> str:
-    """Normalised, lower-case, punctuation-free words: what both the reference and the ASR output are scored as."""
+    """Normalised, lower-case, punctuation-free words with contractions spelled out: what both the reference and
+    the ASR output are scored as."""
     words = normalize_text(text)
-    return " ".join(re.sub(r"[^a-z' ]", " ", w.lower()).strip() for w in words if re.sub(r"[^a-z]", "", w.lower()))
+    joined = " ".join(re.sub(r"[^a-z' ]", " ", w.lower()).strip() for w in words if re.sub(r"[^a-z]", "", w.lower()))
+    for pattern, spelled in CONTRACTIONS:
+        joined = re.sub(pattern, spelled, joined)
+    return " ".join(joined.replace("'", " ").split())
 
 
 def error_rates(references: list[str], hypotheses: list[str]) -> tuple[float, float]:
