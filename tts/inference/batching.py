@@ -13,9 +13,11 @@ of their steps and renders took about four times as long as alone. So one thread
   then one `decode_steps` pass over the steps of every stream that has one pending, then each stream on with its
   row, up to its next step or the end of its call (which may render audio);
 - renders go the same way (`StreamSchedule.render_steps` yields a `RenderRequest`). With `render_thread` they run
-  on a second thread while the worker steps the other streams (a stream waits for its own render, no other
-  stream does): the decoder steps are dispatch-bound Python and the renders convolutions that release the
-  interpreter lock, so on two cores the two overlap where one thread did them in turn. Renders that come due
+  on a second thread while the worker steps the other streams, and a stream that has sounded decodes its own next
+  frames meanwhile (`RenderRequest.overlap`: it is sent a `PendingRender` at once, and yields it back when it must
+  wait; waiting idle instead, half the streams sat out each decoder pass at 12 sessions, docs/results.md): the
+  decoder steps are dispatch-bound Python and the renders convolutions that release the interpreter lock, so on
+  two cores the two overlap where one thread did them in turn. Renders that come due
   while the render thread is busy wait and go together in its next pass. With `batch_renders` (the default)
   the renders of a pass run in few codec-decoder and vocoder calls, each for a group of like streams
   (`tts/codec/mel_codec.render_many`; among other streams renders are whole multiples of a few frames,
@@ -41,7 +43,7 @@ import torch
 
 from tts.codec.mel_codec import render_many
 from tts.inference.schedule import StreamSchedule
-from tts.inference.synthesis import RenderRequest, StepRequest
+from tts.inference.synthesis import PendingRender, RenderRequest, StepRequest
 from tts.model.incremental import decode_step, decode_steps
 
 # where a worker renders: on its own thread between decoder steps ("inline") or on a render thread ("thread"),
@@ -64,6 +66,17 @@ class _Call:
     request: StepRequest | RenderRequest | None = None  # the decoder step (or render) it waits for
 
 
+@dataclass(eq=False)
+class _RenderJob:
+    """An overlapping render (`RenderRequest.overlap`) on the render thread while its call decodes on: the render
+    thread reads `schedule` (urgency, whether it has sounded yet) and runs `request`; the worker resolves `pending`
+    with what comes back."""
+    schedule: StreamSchedule
+    request: RenderRequest
+    call: _Call
+    pending: PendingRender = field(default_factory=PendingRender)
+
+
 @dataclass
 class BatchStats:
     batches: int = 0
@@ -72,6 +85,7 @@ class BatchStats:
     sizes: dict[int, int] = field(default_factory=dict)  # batch size -> how many batches had it
     render_passes: int = 0  # passes that rendered more than one stream's frames
     renders: int = 0  # the renders those passes held
+    overlapped_renders: int = 0  # renders its stream decoded on beside (`RenderRequest.overlap`)
 
 
 class StreamWorker:
@@ -80,7 +94,9 @@ class StreamWorker:
     Threads: `submit`, `join`, `leave` and `close` are called from the event loop; `live_streams`, the submitted
     calls and the finished renders are written under `_cond`; everything else (the running calls, their schedules
     while they run) belongs to the worker thread (`_run`), except a call whose render is on the render thread:
-    that call, its schedule and its codec stream belong to the render thread until the render is handed back."""
+    that call, its schedule and its codec stream belong to the render thread until the render is handed back. An
+    overlapping render (`_RenderJob`) takes only the codec stream: its call and schedule stay the worker's, which
+    decodes on, and the render thread only reads the schedule's urgency and whether it has sounded."""
 
     def __init__(self, torch_threads: int = 2, batch_renders: bool = True, render_thread: bool | None = None):
         """`torch_threads`: the cores this worker may use. `render_thread` (default: with two or more) gives the
@@ -92,9 +108,11 @@ class StreamWorker:
         self.stats = BatchStats()
         self._cond = threading.Condition()
         self._submitted: list[_Call] = []
-        self._rendered: list[tuple[_Call, object]] = []  # (call, audio or the exception) back from the render thread
+        self._rendered: list[tuple[_Call | _RenderJob, object]] = []  # (call or job, audio or the exception) back
+        # from the render thread
         self._in_render = 0  # calls handed to the render thread and not yet back
-        self._to_render: list[_Call] = []  # handed over, waiting for the render thread's next pass
+        self._to_render: list[_Call | _RenderJob] = []  # handed over, waiting for the render thread's next pass
+        self._parked: dict[PendingRender, _Call] = {}  # the worker thread's: calls waiting for an overlapping render
         self._rendering = False  # the render thread has a pass running or due
         self._renderer: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
@@ -170,8 +188,9 @@ class StreamWorker:
             self._loop(running)
         except BaseException as error:  # a bug here must not leave streams waiting for ever
             with self._cond:
-                stranded = running + self._submitted + [call for call, _ in self._rendered]
-                self._submitted, self._rendered, self._thread = [], [], None
+                stranded = running + self._submitted + list(self._parked.values()) + [
+                    item.call if isinstance(item, _RenderJob) else item for item, _ in self._rendered]
+                self._submitted, self._rendered, self._thread, self._parked = [], [], None, {}
             for call in stranded:
                 if not call.future.done():
                     call.future.set_exception(error)
@@ -196,13 +215,33 @@ class StreamWorker:
                     rendered, self._rendered = self._rendered, []
                 for call in _by_urgency(new):  # each up to its first decoder step (encoding the words it took)
                     self._advance(call, None, running)
-                for call, audio in rendered:
-                    self._advance(call, audio, running)
+                for item, audio in rendered:
+                    if isinstance(item, _RenderJob):  # its call decoded on meanwhile; it may wait for this now
+                        item.pending.audio, item.pending.done = audio, True
+                        parked = self._parked.pop(item.pending, None)
+                        if parked is not None:
+                            self._advance(parked, audio, running)
+                    else:
+                        self._advance(item, audio, running)
                 if running:
                     batch, running = running, []
+                    for call in [call for call in batch if isinstance(call.request, PendingRender)]:
+                        batch.remove(call)
+                        if call.request.done:
+                            self._advance(call, call.request.audio, running)
+                        else:
+                            self._parked[call.request] = call
                     renders = [call for call in batch if isinstance(call.request, RenderRequest)]
                     if self.render_thread:
-                        self._hand_over(renders)
+                        jobs = [_RenderJob(call.schedule, call.request, call) for call in renders if call.request.overlap]
+                        self._hand_over([call for call in renders if not call.request.overlap] + jobs)
+                        self.stats.overlapped_renders += len(jobs)
+                        ahead: list[_Call] = []
+                        for job in jobs:  # each decodes on while it renders, its first step in this pass
+                            batch.remove(job.call)
+                            self._advance(job.call, job.pending, ahead)
+                        batch += [call for call in ahead if isinstance(call.request, StepRequest)]
+                        running += [call for call in ahead if not isinstance(call.request, StepRequest)]
                         outputs = {}
                     else:
                         outputs = self._render(renders)

@@ -46,7 +46,8 @@ class StreamSchedule(Protocol):
     def decode(self, unit: UtteranceSynthesizer, **steps) -> Steps[list]: ...
     def pending(self, unit: UtteranceSynthesizer) -> int: ...
     def render(self, unit: UtteranceSynthesizer) -> None: ...
-    def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None) -> Steps[None]: ...
+    def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None, overlap: bool = False) -> Steps[None]: ...
+    def take_completed_ahead(self) -> bool: ...
     def emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None: ...
     def take_chunk(self) -> AudioChunk | None: ...
     def ahead_s(self) -> float | None: ...
@@ -154,7 +155,8 @@ class WordStreaming(Policy):
         if budget is not None:
             steps = max(1, min(steps, budget - schedule.pending(unit)))
         completed = yield from schedule.decode(unit, max_frames=steps, stop_at_word=True)
-        emit = bool(completed) or unit.finished or (budget is not None and schedule.pending(unit) >= budget)
+        emit = (bool(completed) or schedule.take_completed_ahead() or unit.finished
+                or (budget is not None and schedule.pending(unit) >= budget))
         if emit and (self._renders_together(schedule, unit) or self._opening_short(schedule, unit)):
             emit = False
         if not emit:
@@ -162,7 +164,9 @@ class WordStreaming(Policy):
         frames = self._shared_render_frames(schedule, unit)
         if frames == 0:
             return None
-        yield from schedule.render_steps(unit, frames)  # among other streams, rendered in one pass with theirs
+        # among other streams, rendered in one pass with theirs; once sound plays, on a worker with a render
+        # thread, the unit decodes on meanwhile (alone, the stream sizes its chunks by what it can afford instead)
+        yield from schedule.render_steps(unit, frames, overlap=bool(schedule.emitted_s) and not schedule.eager_opening)
         # a render may give less sound than estimated (a dropped leading silence): still short, the opening waits
         return None if self._opening_short(schedule, unit) else schedule.take_chunk()
 

@@ -39,6 +39,7 @@ from tts.inference.stream_parts import (
     WordTimeline,
 )
 from tts.inference.synthesis import (
+    PendingRender,
     RenderRequest,
     Steps,
     SynthesisConfig,
@@ -111,6 +112,7 @@ class StreamSchedule:
         self._unsent_frames = 0
         self.step_s = 0.0  # the last decoder step's time
         self.render_s, self.rendered_frames = 0.0, 0  # the last render's time and frames
+        self.completed_ahead = False  # a word completed while a render ran (`_decode_while_rendering`)
         self.traced_units: list[UtteranceSynthesizer] = []  # with `SynthesisConfig.trace_attention`: every unit
 
     # ---- lifetime ---------------------------------------------------------------------------------------
@@ -162,9 +164,10 @@ class StreamSchedule:
             self.times.compute_ns += self.clock() - started
             return chunk, "progress"
         if not unit.ready():
-            if not self.eager_opening and self.emitted_s and self.pending(unit):
+            if ((not self.eager_opening and self.emitted_s) or unit.finished) and self.pending(unit):
                 # frames held for a whole render quantum or for the next word (`policies.WordStreaming`) go now
-                # that the text pauses: the player would otherwise run dry with them unheard, mid-word
+                # that the text pauses: the player would otherwise run dry with them unheard, mid-word (a unit that
+                # finished while its last render ran has its last frames here)
                 yield from self.render_steps(unit)
                 self.times.compute_ns += self.clock() - started
                 return self.take_chunk(), "progress"
@@ -233,9 +236,10 @@ class StreamSchedule:
         """The frames decoded since the last render -> audio, kept until `take_chunk`."""
         run_steps(self.render_steps(unit))
 
-    def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None) -> Steps[None]:
+    def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None, overlap: bool = False) -> Steps[None]:
         """`render` as a generator of its one render (a driver of many streams renders several in one pass);
-        `frames`: only the first that many of the frames not yet rendered."""
+        `frames`: only the first that many of the frames not yet rendered. `overlap`: where the driver renders on
+        another thread, the unit decodes on meanwhile (`_decode_while_rendering`)."""
         new = unit.frames[self._cursor : None if frames is None else self._cursor + frames]
         if not new:
             return
@@ -253,7 +257,13 @@ class StreamSchedule:
                 hold = Pacer.prebuffer_ns(self.inbox.word_interval_ns(), self.inbox.token_interval_ns())
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
-        audio = yield RenderRequest(self._codec_stream, codes, stretch)
+        audio = yield RenderRequest(self._codec_stream, codes, stretch, overlap=overlap)
+        if isinstance(audio, PendingRender):
+            pending = audio
+            yield from self._decode_while_rendering(unit, pending)
+            audio = pending.audio if pending.done else (yield pending)
+            if isinstance(audio, BaseException):
+                raise audio
         self.render_s, self.rendered_frames = (self.clock() - started) / 1e9, len(new)
         samples_for = getattr(self._codec_stream, "samples_for", None)
         self.timeline.rendered(len(new), samples_for(len(new), stretch) if samples_for
@@ -261,6 +271,23 @@ class StreamSchedule:
         self._unsent.append(self._leading_silence(audio))
         self._unsent_codes.append(codes)
         self._unsent_frames += len(new)
+
+    def _decode_while_rendering(self, unit: UtteranceSynthesizer, pending: PendingRender) -> Steps[None]:
+        """On a worker with a render thread, while this stream's render runs there: its next frames, a step at a
+        time (each in the worker's pass with the other streams' steps), until the render is back or
+        `steps_per_work` frames wait; they go in a later render. Waiting idle instead, half the streams sat out
+        each decoder pass at 12 sessions, and a pass's cost is mostly fixed (docs/results.md)."""
+        for _ in range(self.tuning.steps_per_work):
+            if pending.done or not unit.ready():
+                return
+            if (yield from self.decode(unit, max_frames=1)):
+                self.completed_ahead = True
+
+    def take_completed_ahead(self) -> bool:
+        """Did a word complete while the last render ran (`_decode_while_rendering`)? Asked once: its frames are
+        due for a render as a word completed in this call would be."""
+        completed, self.completed_ahead = self.completed_ahead, False
+        return completed
 
     def emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None:
         self.render(unit)

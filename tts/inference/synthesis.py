@@ -68,6 +68,8 @@ class RenderRequest:
     codes: torch.Tensor | None  # (K, n) the frames to render (None with `final`)
     stretch: float = 1.0
     final: bool = False
+    overlap: bool = False  # the stream may decode on while this renders: a driver that renders on another thread
+    # sends back a `PendingRender` at once instead of the audio
 
     def run(self) -> np.ndarray:
         if self.final:
@@ -75,9 +77,17 @@ class RenderRequest:
         return self.stream.push(self.codes, self.stretch) if self.stretch != 1.0 else self.stream.push(self.codes)
 
 
+@dataclass(eq=False)  # compared and hashed by identity
+class PendingRender:
+    """An overlapping render on another thread (`RenderRequest.overlap`): `done` once its audio, or the error it
+    raised, is back. Yielded by the stream, it asks to wait for that and is sent the audio."""
+    audio: np.ndarray | BaseException | None = None
+    done: bool = False
+
+
 Result = TypeVar("Result")
-Steps = Generator[StepRequest | RenderRequest, StepOutput | np.ndarray, Result]  # yields the work it needs (decoder
-# steps, renders), is sent their outputs
+Steps = Generator[StepRequest | RenderRequest | PendingRender, StepOutput | np.ndarray | PendingRender, Result]  # yields
+# the work it needs (decoder steps, renders), is sent their outputs
 
 
 def run_steps(work: "Steps[Result]") -> Result:

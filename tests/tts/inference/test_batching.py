@@ -80,6 +80,7 @@ def test_streams_batched_speak_what_they_speak_alone(tiny_bundle):
         assert torch.equal(a, codes_of(t))
     stats = worker.stats
     assert stats.largest == 3 and stats.steps > stats.batches  # steps really ran together
+    assert stats.overlapped_renders > 0  # and streams decoded on while their renders ran
     assert worker.live_streams == 0  # every stream left when it was released
 
 
@@ -123,10 +124,10 @@ def test_a_stream_whose_work_fails_fails_alone(tiny_bundle, monkeypatch):
             raise RuntimeError("render failed")
         render(self, unit)
 
-    def failing_render_steps(self, unit, frames=None):
+    def failing_render_steps(self, unit, frames=None, overlap=False):
         if self.config.seed == 1:
             raise RuntimeError("render failed")
-        return (yield from render_steps(self, unit, frames))
+        return (yield from render_steps(self, unit, frames, overlap))
 
     monkeypatch.setattr(StreamSchedule, "render", failing_render)
     monkeypatch.setattr(StreamSchedule, "render_steps", failing_render_steps)

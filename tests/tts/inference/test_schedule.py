@@ -1,5 +1,6 @@
 """The engine's schedule without a thread or an event loop: words into its inbox, `work()` called until done.
 Synthesis units: where a reply is cut, and that each unit runs with fresh state."""
+import numpy as np
 import pytest
 import torch
 
@@ -218,6 +219,68 @@ def test_among_other_streams_a_stream_running_dry_still_renders_whole_quanta(tin
     assert sum(n % quantum != 0 and n > quantum for n in lengths) <= units  # a unit's last render may be any length
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
     assert torch.equal(*codes)
+
+
+def drive_overlapping(schedule: StreamSchedule, steps_per_render: int) -> tuple[list, int]:
+    """`drive`, as a worker with a render thread: an overlapping render comes back `steps_per_render` decoder steps
+    after it was asked for (at once if the stream waits for it). The chunks, and the steps run while a render ran."""
+    from tts.inference.synthesis import PendingRender, RenderRequest, StepRequest
+    from tts.model.incremental import decode_step
+
+    chunks, overlapped = [], 0
+    for _ in range(10_000):
+        work, in_flight = schedule.work_steps(), None  # (pending, its request, steps since)
+        try:
+            request = next(work)
+            while True:
+                if isinstance(request, StepRequest):
+                    output = decode_step(request.state, request.codes, request.words)
+                    if in_flight is not None and not in_flight[0].done:
+                        overlapped += 1
+                        in_flight[2] += 1
+                        if in_flight[2] == steps_per_render:
+                            in_flight[0].audio, in_flight[0].done = in_flight[1].run(), True
+                elif isinstance(request, PendingRender):  # the stream waits for its render
+                    assert request is in_flight[0] and not request.done
+                    output = in_flight[1].run()
+                elif request.overlap:
+                    assert in_flight is None or in_flight[0].done  # one render at a time, in order
+                    in_flight = [PendingRender(), request, 0]
+                    output = in_flight[0]
+                else:
+                    output = request.run()
+                request = work.send(output)
+        except StopIteration as stop:
+            chunk, state = stop.value
+        if chunk is not None:
+            chunks.append(chunk)
+        if state == "wait":
+            schedule.clock.now = schedule.resume_at_ns
+            continue
+        if state in ("done", "idle"):
+            return chunks, overlapped
+    raise AssertionError("the schedule never finished")
+
+
+@pytest.mark.parametrize("steps_per_render", [1, 3, 50])
+def test_among_other_streams_a_stream_decodes_on_while_its_render_runs(tiny_bundle, steps_per_render):
+    """Once it has sounded, a stream among others hands its render to the render thread and decodes its next frames
+    meanwhile (waiting idle, half the streams sat out each decoder pass): it speaks its own codes, every frame and
+    word once, whether its renders come back after one step, a few, or only when it waits for them."""
+    words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
+    alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6))
+    shared = shared_schedule(tiny_bundle(2), words, frames_per_word=6)
+    together, overlapped = drive_overlapping(shared, steps_per_render)
+    assert overlapped > 0
+    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
+    assert torch.equal(*codes)
+    assert sum(c.frames for c in together) == codes[1].shape[1]
+    assert [w for c in together for w in c.words] == [w for c in alone for w in c.words]
+    samples = [np.concatenate([c.samples for c in chunks]) for chunks in (alone, together)]
+    assert len(samples[0]) == len(samples[1]) and np.allclose(*samples, atol=1e-4)
+    # alone on such a worker a stream sizes its chunks by what it can afford, and waits for its renders
+    by_itself, overlapped = drive_overlapping(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6), steps_per_render)
+    assert overlapped == 0 and [w for c in by_itself for w in c.words] == [w for c in alone for w in c.words]
 
 
 def test_among_other_streams_held_frames_go_out_when_the_text_pauses(tiny_bundle):
