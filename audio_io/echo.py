@@ -21,15 +21,12 @@ LEVEL_WINDOW_S = 0.010
 
 def level_dbfs(samples: np.ndarray) -> float:
     """RMS level of a block in dB relative to full scale (1.0)."""
-    if not len(samples):
-        return SILENT_DBFS
-    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
-    return max(SILENT_DBFS, 20 * np.log10(rms)) if rms > 0 else SILENT_DBFS
+    return float(window_levels_dbfs(samples, len(samples))[0]) if len(samples) else SILENT_DBFS
 
 
 def window_levels_dbfs(samples: np.ndarray, window: int) -> np.ndarray:
-    """`level_dbfs` of each `window` samples in turn (the last window may be shorter), in a few array operations:
-    a player levels every 10 ms it plays, and a server's benchmark plays for many clients in one process."""
+    """The RMS level (`level_dbfs`) of each `window` samples in turn (the last window may be shorter), in a few array
+    operations: a player levels every 10 ms it plays, and a server's benchmark plays for many clients in one process."""
     n = len(samples)
     if not n:
         return np.zeros(0)

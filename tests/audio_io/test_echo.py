@@ -50,7 +50,9 @@ def test_a_player_levels_each_window_as_the_block_level_does():
     rng = np.random.default_rng(0)
     samples = np.concatenate([rng.normal(0, 0.2, 500), np.zeros(300), rng.normal(0, 0.01, 137)]).astype(np.float32)
     window = 100
-    expected = [level_dbfs(samples[i : i + window]) for i in range(0, len(samples), window)]
+    rms = [np.sqrt(np.mean(samples[i : i + window].astype(np.float64) ** 2)) for i in range(0, len(samples), window)]
+    expected = [20 * np.log10(r) if r > 0 else -100.0 for r in rms]
+    assert expected == pytest.approx([level_dbfs(samples[i : i + window]) for i in range(0, len(samples), window)])
     assert window_levels_dbfs(samples, window) == pytest.approx(expected, abs=1e-9)  # the 37-sample tail too
     played = PlaybackLevels()
     played.add(1_000_000_000, samples, 10_000)  # 10 ms windows of 100 samples: the 6th window (0.05 s in) is silent

@@ -69,12 +69,15 @@ class _Call:
 @dataclass(eq=False)
 class _RenderJob:
     """An overlapping render (`RenderRequest.overlap`) on the render thread while its call decodes on: the render
-    thread reads `schedule` (urgency, whether it has sounded yet) and runs `request`; the worker resolves `pending`
-    with what comes back."""
-    schedule: StreamSchedule
-    request: RenderRequest
+    thread reads `schedule` (urgency, whether it has sounded yet) and runs `request` (the call's request when it
+    was handed over: the call has moved on since); the worker resolves `pending` with what comes back."""
     call: _Call
+    request: RenderRequest
     pending: PendingRender = field(default_factory=PendingRender)
+
+    @property
+    def schedule(self) -> StreamSchedule:
+        return self.call.schedule
 
 
 @dataclass
@@ -233,7 +236,7 @@ class StreamWorker:
                             self._parked[call.request] = call
                     renders = [call for call in batch if isinstance(call.request, RenderRequest)]
                     if self.render_thread:
-                        jobs = [_RenderJob(call.schedule, call.request, call) for call in renders if call.request.overlap]
+                        jobs = [_RenderJob(call, call.request) for call in renders if call.request.overlap]
                         self._hand_over([call for call in renders if not call.request.overlap] + jobs)
                         self.stats.overlapped_renders += len(jobs)
                         ahead: list[_Call] = []

@@ -6,7 +6,7 @@ import torch
 
 from tts.inference.schedule import StreamSchedule
 from tts.inference.stream_parts import Inbox, UtteranceTimes, ends_unit, split_units
-from tts.inference.synthesis import SynthesisConfig
+from tts.inference.synthesis import SynthesisConfig, run_steps
 from tts.inference.tuning import TUNING
 
 CLAUSE_UNIT_WORDS, MAX_UNIT_WORDS = TUNING.clause_unit_words, TUNING.max_unit_words
@@ -39,12 +39,13 @@ class TickClock:
         return self.now
 
 
-def drive(schedule: StreamSchedule, limit: int = 10_000, waits: list | None = None) -> list:
+def drive(schedule: StreamSchedule, limit: int = 10_000, waits: list | None = None, run=run_steps) -> list:
     """Call work() until the schedule is done or idle; the chunks it sent. On a tick clock, a "wait" moves the
-    clock on to the schedule's `resume_at_ns` (noted in `waits`: the seconds of sound ahead when it goes on)."""
+    clock on to the schedule's `resume_at_ns` (noted in `waits`: the seconds of sound ahead when it goes on).
+    `run` drives each call's steps (`run_steps`: as `work()`, each render waited for)."""
     chunks = []
     for _ in range(limit):
-        chunk, state = schedule.work()
+        chunk, state = run(schedule.work_steps())
         if chunk is not None:
             chunks.append(chunk)
         if state == "wait" and isinstance(schedule.clock, TickClock):
@@ -221,29 +222,33 @@ def test_among_other_streams_a_stream_running_dry_still_renders_whole_quanta(tin
     assert torch.equal(*codes)
 
 
-def drive_overlapping(schedule: StreamSchedule, steps_per_render: int) -> tuple[list, int]:
-    """`drive`, as a worker with a render thread: an overlapping render comes back `steps_per_render` decoder steps
-    after it was asked for (at once if the stream waits for it). The chunks, and the steps run while a render ran."""
-    from tts.inference.synthesis import PendingRender, RenderRequest, StepRequest
-    from tts.model.incremental import decode_step
+class OverlappingRenders:
+    """Drives a call's steps as a worker with a render thread (`run` for `drive`): an overlapping render comes back
+    `steps_per_render` decoder steps after it was asked for (at once if the stream waits for it); `overlapped`
+    counts the steps run while a render ran."""
 
-    chunks, overlapped = [], 0
-    for _ in range(10_000):
-        work, in_flight = schedule.work_steps(), None  # (pending, its request, steps since)
+    def __init__(self, steps_per_render: int):
+        self.steps_per_render, self.overlapped = steps_per_render, 0
+
+    def __call__(self, work):
+        from tts.inference.synthesis import PendingRender, RenderRequest, StepRequest
+        from tts.model.incremental import decode_step
+
+        in_flight = None  # (pending, its request, steps since)
         try:
             request = next(work)
             while True:
                 if isinstance(request, StepRequest):
                     output = decode_step(request.state, request.codes, request.words)
                     if in_flight is not None and not in_flight[0].done:
-                        overlapped += 1
+                        self.overlapped += 1
                         in_flight[2] += 1
-                        if in_flight[2] == steps_per_render:
+                        if in_flight[2] == self.steps_per_render:
                             in_flight[0].audio, in_flight[0].done = in_flight[1].run(), True
                 elif isinstance(request, PendingRender):  # the stream waits for its render
                     assert request is in_flight[0] and not request.done
                     output = in_flight[1].run()
-                elif request.overlap:
+                elif isinstance(request, RenderRequest) and request.overlap:
                     assert in_flight is None or in_flight[0].done  # one render at a time, in order
                     in_flight = [PendingRender(), request, 0]
                     output = in_flight[0]
@@ -251,15 +256,7 @@ def drive_overlapping(schedule: StreamSchedule, steps_per_render: int) -> tuple[
                     output = request.run()
                 request = work.send(output)
         except StopIteration as stop:
-            chunk, state = stop.value
-        if chunk is not None:
-            chunks.append(chunk)
-        if state == "wait":
-            schedule.clock.now = schedule.resume_at_ns
-            continue
-        if state in ("done", "idle"):
-            return chunks, overlapped
-    raise AssertionError("the schedule never finished")
+            return stop.value
 
 
 @pytest.mark.parametrize("steps_per_render", [1, 3, 50])
@@ -270,8 +267,9 @@ def test_among_other_streams_a_stream_decodes_on_while_its_render_runs(tiny_bund
     words = "The pump moves warmth from the cold air outside. Then it runs backwards in the summer heat.".split()
     alone = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6))
     shared = shared_schedule(tiny_bundle(2), words, frames_per_word=6)
-    together, overlapped = drive_overlapping(shared, steps_per_render)
-    assert overlapped > 0
+    overlapping = OverlappingRenders(steps_per_render)
+    together = drive(shared, run=overlapping)
+    assert overlapping.overlapped > 0
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (alone, together)]
     assert torch.equal(*codes)
     assert sum(c.frames for c in together) == codes[1].shape[1]
@@ -279,8 +277,9 @@ def test_among_other_streams_a_stream_decodes_on_while_its_render_runs(tiny_bund
     samples = [np.concatenate([c.samples for c in chunks]) for chunks in (alone, together)]
     assert len(samples[0]) == len(samples[1]) and np.allclose(*samples, atol=1e-4)
     # alone on such a worker a stream sizes its chunks by what it can afford, and waits for its renders
-    by_itself, overlapped = drive_overlapping(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6), steps_per_render)
-    assert overlapped == 0 and [w for c in by_itself for w in c.words] == [w for c in alone for w in c.words]
+    overlapping = OverlappingRenders(steps_per_render)
+    by_itself = drive(schedule_for(tiny_bundle(2), "s5", words, frames_per_word=6), run=overlapping)
+    assert overlapping.overlapped == 0 and [w for c in by_itself for w in c.words] == [w for c in alone for w in c.words]
 
 
 def test_among_other_streams_held_frames_go_out_when_the_text_pauses(tiny_bundle):
