@@ -9,7 +9,7 @@ their weights are loaded. From the figures and a decoder step's cost (measured b
 
 - first sound after word k + 1: the engine's opening (`tts/inference/schedule.py`: decode past what the codec holds
   back, render, then a step and a render at a time until the sound carries `opening_margin` times the next piece
-  of work), times `HEADROOM`;
+  of work, and at least `min_sound_s`), times `HEADROOM`;
 - real-time factor of streaming (decoder steps plus rendering steady chunks), times `HEADROOM`.
 
 The timings are cached per machine, CPU and torch version in the user's cache folder (`cache_path`), so later runs
@@ -55,6 +55,8 @@ class OpeningRule:
     # back (the first frame is mostly the voice's leading silence)
     margin: float = 2.0  # the first chunk lasts this many times the next piece of work (a step and a render); later
     # chunks are rendered before decoding and rendering them would take more than 1/this of the sound ahead
+    min_sound_s: float = 0.1  # and at least this long, whatever the estimate: on a shared VM a step can take four
+    # times its last one, and first chunks of 0.05 s then ran 2 of 20 bench runs dry by 0.2 and 4.5 ms
 
 
 @dataclass
@@ -141,7 +143,7 @@ def judge(timing: VocoderTiming, step_s: float, frame_rate: float, rule: Opening
     first = timing.held_back + rule.frames_past_holdback
     elapsed = first * step_s + timing.opening_render_s
     sound = rule.frames_past_holdback * frame_s
-    while sound < rule.margin * (step_s + timing.frame_render_s):
+    while sound < max(rule.min_sound_s, rule.margin * (step_s + timing.frame_render_s)):
         elapsed += step_s + timing.frame_render_s
         sound += frame_s
     first_sound_ms = HEADROOM * elapsed * 1000

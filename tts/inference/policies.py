@@ -194,7 +194,10 @@ class WordStreaming(Policy):
             # LLM on the same cores can make both several times slower)
             next_work_s = schedule.step_s + schedule.render_s
             sound_s = schedule.unsent_s()
-            schedule.opening_ready = sound_s > 0 and (sound_s >= tuning.opening_margin * next_work_s or unit.finished)
+            enough_s = tuning.opening_margin * next_work_s
+            if unit.ready():  # and at least `opening_min_sound_s`, where more can be decoded now (else the text
+                enough_s = max(enough_s, tuning.opening_min_sound_s)  # is late and the opening hold decides)
+            schedule.opening_ready = sound_s > 0 and (sound_s >= enough_s or unit.finished)
         emit = schedule.opening_ready and (unit.finished or schedule.next_word_free(unit)
                                            or schedule.unrendered_s(unit) >= tuning.short_opening_s)
         if schedule.opening_ready and unit.current > 1 and not emit and schedule.hold_until_ns is None:

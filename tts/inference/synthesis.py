@@ -340,20 +340,22 @@ class UtteranceSynthesizer:
         if out.unconditional_logits is not None:
             unconditional = out.unconditional_logits[0]
             logits = unconditional + self.config.cfg_scale * (logits - unconditional)
-        logits = mask_special_codes(logits, c.codebook_size, allow_eos=is_last and long_enough)
+        allow_eos = is_last and long_enough
+        logits = mask_special_codes(logits, c.codebook_size, allow_eos)
         codes = sample_codes(logits, self.config.top_k, self.config.temperature, self.generator)  # (K,)
-        if is_last and int(codes[0]) == c.eos_id:
-            return self._finish_word(capped=False, final=True)
-        codes = torch.where(codes >= c.codebook_size, torch.zeros_like(codes), codes)  # EOS in other codebooks
+        if allow_eos:
+            if int(codes[0]) == c.eos_id:
+                return self._finish_word(capped=False, final=True)
+            codes = torch.where(codes >= c.codebook_size, torch.zeros_like(codes), codes)  # EOS in other codebooks
         self.current_frames.append(codes)
         self.frames.append(codes)
         self.last_frame = codes[:, None]
         attention = out.token_attention[0]
-        word_of_token = torch.tensor(self.encoder.word_ids[: len(attention)])
-        peak_word = int(word_of_token[int(attention.argmax())])
+        peak_word = self.encoder.word_ids[int(attention.argmax())]
         if self.attention_trace is not None:
             visible = len(self.words) if self.k is None else min(len(self.words), n + self.k)  # M_dec's horizon
-            self.attention_trace.append(AttentionStep(attention.float().numpy().copy(), word_of_token.numpy(),
+            word_of_token = np.asarray(self.encoder.word_ids[: len(attention)])
+            self.attention_trace.append(AttentionStep(attention.float().numpy().copy(), word_of_token,
                                                       n + self.offset, visible + self.offset))
         frames = len(self.current_frames)
         if frames >= self.word_caps[n - 1]:

@@ -22,6 +22,8 @@ class StreamTuning:
     # codec holds back (the first frame is mostly the voice's leading silence); `auto`'s estimate uses the same
     opening_margin: float = OpeningRule.margin  # the first chunk lasts this many times the next piece of work, and
     # later chunks leave before decoding and rendering them would take more than 1/this of the sound ahead
+    opening_min_sound_s: float = OpeningRule.min_sound_s  # and the first chunk lasts at least this long: a step on
+    # a shared VM can take four times the last one
     short_opening_s: float = 0.35  # an opening word shorter than this waits for the next word's text...
     max_opening_hold_s: float = 0.4  # ...for at most this long: "Your | balance is $738.67" plays without a gap
 

@@ -6,11 +6,13 @@ import torch
 
 def mask_special_codes(logits: torch.Tensor, codebook_size: int, allow_eos: bool) -> torch.Tensor:
     """logits: (..., K, codebook_size + 2). BOS (index codebook_size) is never a valid output; EOS
-    (codebook_size + 1) only where the caller allows it (while decoding the last word)."""
+    (codebook_size + 1) only where the caller allows it (while decoding the last word). Without EOS the codebook's
+    own codes are the first `codebook_size`: a view of them, no copy (a decoder step samples every stream's frame
+    on the worker thread, whose Python time bounds a server's sessions)."""
+    if not allow_eos:
+        return logits[..., :codebook_size]
     logits = logits.clone()
     logits[..., codebook_size] = float("-inf")
-    if not allow_eos:
-        logits[..., codebook_size + 1] = float("-inf")
     return logits
 
 

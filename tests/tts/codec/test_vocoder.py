@@ -371,10 +371,13 @@ def test_auto_chooses_by_timing_the_machine(machine, step_s, chosen):
 def test_the_first_sound_estimate_follows_the_engines_opening():
     """With renders too slow for one opening chunk to outlast the next piece of work, the estimate adds a step
     and a render per extra frame, as the schedule's opening does (`tts/inference/schedule.py`)."""
-    from tts.codec.vocoder_choice import HEADROOM, VocoderTiming, judge
+    from tts.codec.vocoder_choice import HEADROOM, OpeningRule, VocoderTiming, judge
 
     quick = judge(VocoderTiming("v", 2, 0.010, 0.005, 0.1), 0.005, 21.5)
-    assert quick.first_sound_ms == pytest.approx(HEADROOM * (4 * 5 + 10), abs=0.1)  # 4 steps, one render
+    # 4 steps, one render: 2 frames of sound (93 ms), under `min_sound_s` (0.1 s), so one more step and render
+    assert quick.first_sound_ms == pytest.approx(HEADROOM * (4 * 5 + 10 + 10), abs=0.1)
+    assert judge(VocoderTiming("v", 2, 0.010, 0.005, 0.1), 0.005, 21.5,
+                 OpeningRule(min_sound_s=0.05)).first_sound_ms == pytest.approx(HEADROOM * (4 * 5 + 10), abs=0.1)
     slow = judge(VocoderTiming("v", 2, 0.010, 0.045, 0.1), 0.005, 21.5)  # 2 frames of sound (93 ms) < 2 x 50 ms
     assert slow.first_sound_ms == pytest.approx(HEADROOM * (4 * 5 + 10 + 50), abs=0.1)
 

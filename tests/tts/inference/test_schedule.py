@@ -138,6 +138,29 @@ def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_
     assert unit.current == 2 and unit.frames  # word 1 had its k = 2 lookahead words; word 2 waits for word 4
 
 
+def test_alone_the_first_chunk_lasts_at_least_the_opening_floor(tiny_bundle):
+    """Alone, with steps and renders that cost next to nothing (a tick clock), the opening would let its first frame
+    go as soon as it sounds; it renders on until `opening_min_sound_s` is in the chunk (a step on a shared VM can
+    take four times the last one); a higher floor holds it longer, and without one it goes sooner."""
+    from dataclasses import replace
+
+    words = "Water boils at one hundred degrees at sea level.".split()
+
+    def first_chunk_s(tuning) -> float:
+        inbox = Inbox(UtteranceTimes(), clock=TickClock())
+        schedule = StreamSchedule(tiny_bundle(2), "s5", SynthesisConfig(seed=5, max_frames_per_word=6), 8, inbox,
+                                  max_stretch=1.0, tuning=tuning)
+        for word in words:
+            inbox.put_word(word)
+        inbox.end()
+        first = drive(schedule)[0]
+        return len(first.samples) / schedule.sample_rate
+
+    assert first_chunk_s(TUNING) >= TUNING.opening_min_sound_s
+    assert first_chunk_s(replace(TUNING, opening_min_sound_s=0.3)) >= 0.3
+    assert first_chunk_s(replace(TUNING, opening_min_sound_s=0.0)) < 0.3
+
+
 def test_among_other_streams_words_are_rendered_together_once_the_player_is_well_supplied(tiny_bundle):
     """With another stream live on the batcher, a stream spends fewer, larger renders: no frame-by-frame opening,
     a first chunk of at least `shared_first_chunk_s`, and, once more than `shared_ahead_s` of sound is ahead of the
