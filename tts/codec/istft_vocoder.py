@@ -8,9 +8,7 @@ on sample t * 256, as the log-mel's analysis frames are, so T frames give T * 25
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import torch
 import torch.nn as nn
@@ -52,62 +50,10 @@ class ConvNeXtBlock(nn.Module):
             x = _delay(x, state, (self, "residual"), h.shape[2])
         h = self.norm(h.transpose(1, 2))  # (B, T, C)
         T = h.shape[1]
-        if isinstance(self.pwconv1, nn.Linear) and self.pwconv1.weight.dtype == torch.bfloat16:  # use_bf16_blocks
+        if self.pwconv1.weight.dtype == torch.bfloat16:  # inference: see IstftGenerator.use_bf16_blocks
             h = F.pad(h, (0, 0, 0, -T % BF16_ROWS)).to(torch.bfloat16)  # rows are independent: padding changes none
         h = self.pwconv2(F.gelu(self.pwconv1(h)))[:, :T].to(x.dtype)
         return x + (self.scale * h).transpose(1, 2)
-
-
-class Int8Linear(nn.Module):
-    """Inference only: `linear` with int8 weights (a scale per output) and each input row quantised to int8 with a
-    scale of its own at every call, multiplied in integers (`torch._int_mm`), then scaled back to float32. A row's
-    result depends on that row alone, so a push gives the same samples whichever frames and streams share it:
-    streaming stays exact and a batched render (`render_many`) changes no sample (PyTorch's dynamic int8 layers
-    quantise a whole call with one scale, which ties each stream's sound to the others')."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        weight = linear.weight.detach().float()
-        scale = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12)
-        self.register_buffer("weight_t", torch.round(weight / scale[:, None]).to(torch.int8).T.contiguous())  # (in, out)
-        self.register_buffer("scale", scale)
-        self.register_buffer("bias", linear.bias.detach().float().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])  # (..., in) -> (rows, in)
-        peak = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12)
-        quantised = (rows * (127 / peak)).round_().to(torch.int8)
-        out = torch._int_mm(quantised, self.weight_t).float().mul_(peak / 127).mul_(self.scale).add_(self.bias)
-        return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-@lru_cache(maxsize=1)
-def int8_pays() -> bool:
-    """Whether int8 matrix products beat float32 on this CPU at a block's shape, on one thread as a server's render
-    thread runs (timed once a process, a few ms): on an AVX-512 Xeon without bfloat16 2.2-2.5 x faster at 16-256
-    rows; where integer dot products are slow, or `torch._int_mm` is missing, the blocks stay in float32."""
-    with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
-        torch.manual_seed(0)
-        linear, x = nn.Linear(384, 1152), torch.randn(64, 384)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        quantised = Int8Linear(linear)
-
-        def median_s(layer: nn.Module) -> float:
-            times = []
-            for _ in range(15):
-                started = time.perf_counter()
-                layer(x)
-                times.append(time.perf_counter() - started)
-            return sorted(times)[len(times) // 2]
-
-        with torch.inference_mode():
-            return median_s(quantised) < 0.75 * median_s(linear)
-    except RuntimeError:  # no integer matrix product on this build or CPU
-        return False
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _delay(x: torch.Tensor, state: StreamState, key, n: int) -> torch.Tensor:
@@ -156,22 +102,6 @@ class IstftGenerator(nn.Module):
                 block.pwconv1.to(torch.bfloat16)
                 block.pwconv2.to(torch.bfloat16)
         return self
-
-    def use_int8_blocks(self) -> "IstftGenerator":
-        """Inference: the blocks' pointwise layers as `Int8Linear`. 2.2 x faster a layer than float32 on this
-        project's AVX-512 Xeon without bfloat16; the audio moves by int8 rounding (SNR 20-28 dB against float32
-        on the campaign's 16 kept sentences, the phase of the noisy upper bands) and Distill-MOS and Whisper do not
-        hear it (docs/results.md)."""
-        for block in self.blocks:
-            block.pwconv1, block.pwconv2 = Int8Linear(block.pwconv1), Int8Linear(block.pwconv2)
-        return self
-
-    def for_inference(self) -> "IstftGenerator":
-        """The blocks in the cheapest arithmetic this CPU does well: bfloat16 where it computes it natively, else
-        int8 where that is measured faster (`int8_pays`), else float32."""
-        if native_bf16():
-            return self.use_bf16_blocks()
-        return self.use_int8_blocks() if int8_pays() else self
 
     def spectrum(self, x: torch.Tensor, state: StreamState | None = None, final: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 80, T) -> log-magnitude and phase, each (B, T', 513): T' = T offline, the frames ready when streaming."""

@@ -223,9 +223,8 @@ class StreamingVocoder:
 
 def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
     """One read-only vocoder per name and process, for inference (loading the 56 MB checkpoint takes about a second);
-    streams keep their own state. It runs in bfloat16 where the CPU has it (`Generator.use_bf16`; an iSTFT vocoder's
-    blocks in bfloat16 or int8: `IstftGenerator.for_inference`); `Vocoder.load` keeps float32 (training,
-    distillation)."""
+    streams keep their own state. It runs in bfloat16 where the CPU has it (`Generator.use_bf16`, an iSTFT vocoder's
+    blocks: `IstftGenerator.use_bf16_blocks`); `Vocoder.load` keeps float32 (training, distillation)."""
     return _load_inference_vocoder(resolve_vocoder(name))
 
 
@@ -233,7 +232,7 @@ def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
 def _load_inference_vocoder(name: str) -> Vocoder:
     vocoder = Vocoder.load(name)
     if isinstance(vocoder.generator, IstftGenerator):
-        vocoder.generator.for_inference()
+        vocoder.generator.use_bf16_blocks()
     else:
         vocoder.generator.use_bf16()
     return vocoder

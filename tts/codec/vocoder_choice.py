@@ -77,15 +77,11 @@ class Verdict:
     passes: bool
 
 
-TIMING_VERSION = 2  # bumped when the vocoders' arithmetic changes (2: `fast` in int8 where that pays), so that an
-# upgrade times them anew instead of choosing by the old figures
-
-
 def cache_path() -> Path:
-    """One file per machine, CPU model, torch version and `TIMING_VERSION`, in the user's cache folder."""
+    """One file per machine, CPU model and torch version, in the user's cache folder."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "s5-agent"
     cpu = _cpu_model().replace(" ", "_").replace("/", "_")[:60]
-    return root / f"vocoder_timing-v{TIMING_VERSION}-{platform.node()}-{cpu}-torch{torch.__version__}.json"
+    return root / f"vocoder_timing-{platform.node()}-{cpu}-torch{torch.__version__}.json"
 
 
 def _cpu_model() -> str:

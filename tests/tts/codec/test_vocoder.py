@@ -9,7 +9,6 @@ import torch
 from audio_io.errors import UserError
 from audio_io.wav import read_wav
 from tts.codec import mel
-from tts.codec.istft_vocoder import Int8Linear, int8_pays
 from tts.codec.streaming_conv import StreamConv1d, StreamConvTranspose1d, aligned_sum, native_bf16
 from tts.codec.vocoder import Vocoder, VocoderConfig, _package_data, load_vocoder
 
@@ -254,43 +253,20 @@ def test_istft_vocoder_saves_and_loads(tmp_path):
     assert np.abs(loaded(features) - reference).mean() < 0.02 * np.abs(reference).mean() + 1e-6  # fp16 weights
 
 
-def test_a_loaded_istft_vocoder_runs_its_blocks_in_cheaper_arithmetic_and_still_streams(tmp_path):
-    """`load_vocoder` (inference) runs the blocks' pointwise layers in bfloat16 where the CPU computes it, else in
-    int8 where that is faster here; `Vocoder.load` (training) keeps float32. The sound stays near the float32
-    sound, and streaming still equals offline."""
+def test_a_loaded_istft_vocoder_runs_its_blocks_in_bfloat16_and_still_streams(tmp_path):
+    """`load_vocoder` (inference) halves the blocks' weights where the CPU computes bfloat16; `Vocoder.load`
+    (training) keeps float32. The sound stays the float32 sound within 30 dB, and streaming still equals offline."""
     Vocoder(_istft_generator()).save(tmp_path / "voc")
     fast, exact = load_vocoder(str(tmp_path / "voc")), Vocoder.load(tmp_path / "voc")
-    layer = fast.generator.blocks[0].pwconv1
-    if native_bf16():
-        assert layer.weight.dtype == torch.bfloat16
-    else:
-        assert isinstance(layer, Int8Linear) == int8_pays()
+    native = native_bf16()
+    assert fast.generator.blocks[0].pwconv1.weight.dtype == (torch.bfloat16 if native else torch.float32)
     assert exact.generator.blocks[0].pwconv1.weight.dtype == torch.float32
     features = mel.log_mel(read_wav(FIXTURE)[0][:9000])
     reference = exact(features)
-    assert 10 * np.log10((reference**2).sum() / ((fast(features) - reference) ** 2).sum()) > 20
+    assert 10 * np.log10((reference**2).sum() / ((fast(features) - reference) ** 2).sum()) > 30
     x = torch.as_tensor(features).T[None]
     with torch.inference_mode():
         assert torch.allclose(_stream(fast.generator, x, 4), fast.generator(x), atol=1e-3)
-
-
-def test_an_int8_layer_gives_each_row_what_it_gives_that_row_alone():
-    """Each input row is quantised with its own scale: a row's output does not depend on the rows beside it (the
-    other frames of a push, the other streams of a batched render), and stays within int8 rounding of float32."""
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(48, 96)
-    layer = Int8Linear(linear)
-    rows = torch.randn(2, 7, 48)
-    rows[1] *= 40  # a loud stream beside a quiet one: one scale for both would flatten the quiet one
-    with torch.inference_mode():
-        together = layer(rows)
-        assert together.shape == (2, 7, 96)
-        for b in range(2):
-            for t in range(7):
-                assert torch.equal(layer(rows[b, t : t + 1]), together[b, t : t + 1])
-            reference = linear(rows[b])
-            error = (together[b] - reference).pow(2).sum() / reference.pow(2).sum()
-            assert 10 * torch.log10(1 / error) > 30
 
 
 def test_istft_training_batches_align_audio_with_frames():
