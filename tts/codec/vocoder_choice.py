@@ -56,7 +56,7 @@ class OpeningRule:
     margin: float = 2.0  # the first chunk lasts this many times the next piece of work (a step and a render); later
     # chunks are rendered before decoding and rendering them would take more than 1/this of the sound ahead
     min_sound_s: float = 0.1  # and at least this long, whatever the estimate: on a shared VM a step can take four
-    # times its last one, and first chunks of 0.05 s then ran 2 of 20 bench runs dry by 0.2 and 4.5 ms
+    # times its last one, and first chunks of 0.05 s then ran dry (docs/results.md, Xeon-ICX)
 
 
 @dataclass

@@ -194,9 +194,9 @@ class WordStreaming(Policy):
             # LLM on the same cores can make both several times slower)
             next_work_s = schedule.step_s + schedule.render_s
             sound_s = schedule.unsent_s()
-            enough_s = tuning.opening_margin * next_work_s
-            if unit.ready():  # and at least `opening_min_sound_s`, where more can be decoded now (else the text
-                enough_s = max(enough_s, tuning.opening_min_sound_s)  # is late and the opening hold decides)
+            # and at least `opening_min_sound_s` where more can be decoded now (else the text is late: the hold decides)
+            floor_s = tuning.opening_min_sound_s if unit.ready() else 0.0
+            enough_s = max(floor_s, tuning.opening_margin * next_work_s)
             schedule.opening_ready = sound_s > 0 and (sound_s >= enough_s or unit.finished)
         emit = schedule.opening_ready and (unit.finished or schedule.next_word_free(unit)
                                            or schedule.unrendered_s(unit) >= tuning.short_opening_s)
