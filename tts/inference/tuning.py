@@ -28,15 +28,16 @@ class StreamTuning:
     max_opening_hold_s: float = 0.4  # ...for at most this long: "Your | balance is $738.67" plays without a gap
 
     # -- s5 among other streams (a server's worker): fewer, larger renders; the most urgent stream first
-    shared_first_chunk_s: float = 0.3  # the first sound waits until this much is rendered, so it lasts while the
-    # next words are decoded on shared cores
-    shared_ahead_s: float = 1.0  # while this much sound is ahead of the player, completed words wait to be
+    shared_first_chunk_s: float = 0.5  # the first sound waits until this much is rendered, so it lasts while the
+    # next words are decoded on shared cores (0.3 s: at 16 sessions most replies ran dry just after it)
+    shared_ahead_s: float = 0.6  # while this much sound is ahead of the player, completed words wait to be
     shared_render_s: float = 1.0  # rendered together, up to this much a render (its cost is mostly fixed)
     shared_render_quantum: int = 4  # renders are whole multiples of this many frames (the rest waits for the next
     # render; a unit's last frames go as they are), so the renders due together share their passes (4 frames:
     # 40-47 ms of one thread per second of audio for 4-8 streams against 113 rendered alone, docs/results.md)
-    shared_lead_s: float = 2.0  # a stream this far ahead of its player waits, so the cores go to streams nearer
-    # to running dry (a new request's opening first)
+    shared_lead_s: float = 1.0  # a stream this far ahead of its player waits, so the cores go to streams nearer
+    # to running dry (a new request's opening first): fewer rows in each decoder pass make the passes of those
+    # that need them quicker; kept above `shared_ahead_s`, so that words still render together (docs/results.md)
 
     # -- full context (t5, sentence): the paper's fair streaming
     paper_emit_s: float = 30 / 86.13  # a chunk every 30 decoder steps at 86.13 frames/s (S5's mean frames a word
