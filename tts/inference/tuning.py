@@ -29,7 +29,7 @@ class StreamTuning:
 
     # -- s5 among other streams (a server's worker): fewer, larger renders; the most urgent stream first
     shared_first_chunk_s: float = 0.5  # the first sound waits until this much is rendered, so it lasts while the
-    # next words are decoded on shared cores (0.3 s: at 16 sessions most replies ran dry just after it)
+    # next words are decoded on shared cores (0.3 s: at 16 sessions a quarter of the second chunks came late)
     shared_ahead_s: float = 0.6  # while this much sound is ahead of the player, completed words wait to be
     shared_render_s: float = 1.0  # rendered together, up to this much a render (its cost is mostly fixed)
     shared_render_quantum: int = 4  # renders are whole multiples of this many frames (the rest waits for the next
