@@ -139,7 +139,8 @@ def judge(timing: VocoderTiming, step_s: float, frame_rate: float, rule: Opening
     first = timing.held_back + rule.frames_past_holdback
     elapsed = first * step_s + timing.opening_render_s
     sound = rule.frames_past_holdback * frame_s
-    while sound < max(rule.min_sound_s, rule.margin * (step_s + timing.frame_render_s)):
+    enough = max(rule.min_sound_s, rule.margin * (step_s + timing.frame_render_s))
+    while sound < enough:
         elapsed += step_s + timing.frame_render_s
         sound += frame_s
     first_sound_ms = HEADROOM * elapsed * 1000
