@@ -136,9 +136,19 @@ def aligned_sum(parts: list[torch.Tensor], state: StreamState | None, key) -> to
 # can run one batched call: their states stacked along the batch axis, the outputs and new states split back.
 # Rows never mix in these layers, so each stream gets what it would alone, up to float rounding.
 
-def state_signature(state: StreamState) -> tuple:
+def state_signature(state: StreamState) -> frozenset:
     """What must match for states to stack: each key and the shapes (past the batch axis) of what it holds."""
-    return tuple(sorted(((id(key), _signature(value)) for key, value in state.items()), key=lambda kv: kv[0]))
+    return frozenset((_key(key), _signature(value)) for key, value in state.items())
+
+
+def _key(key):
+    """A state key by what it names, not by which object says it: a layer by identity, a (layer, branch) tuple by
+    its parts. Each stream builds its own tuple keys, and compared by their own identity the states of two
+    streams never stacked unless the streams had first rendered together (whole groups of a server's streams
+    rendered one by one)."""
+    if isinstance(key, tuple):
+        return tuple(_key(part) for part in key)
+    return key if isinstance(key, (str, int)) else id(key)
 
 
 def _signature(value):
