@@ -333,10 +333,7 @@ def render_many(streams: list[StreamingMelDecoder], codes: list[torch.Tensor],
     for run in _plan(lengths):
         groups: dict[tuple, list[tuple[int, int, int]]] = {}
         for i, start, n in run:
-            stream = streams[i]
-            key = (id(stream.codec), state_signature(stream.conv_state), id(stream.vocoder_stream.vocoder),
-                   state_signature(stream.vocoder_stream.state))
-            groups.setdefault(key, []).append((i, start, n))
+            groups.setdefault(_stack_key(streams[i]), []).append((i, start, n))
         for members in groups.values():
             pieces = [codes[i][:, start : start + n] for i, start, n in members]
             for (i, _, _), piece_audio in zip(members, _push_together([streams[i] for i, _, _ in members], pieces)):
@@ -344,6 +341,51 @@ def render_many(streams: list[StreamingMelDecoder], codes: list[torch.Tensor],
     for i, heard in parts.items():
         audio[i] = np.concatenate(heard) if len(heard) > 1 else heard[0]
     return audio
+
+
+@torch.inference_mode()
+def flush_many(streams: list[StreamingMelDecoder]) -> list[np.ndarray]:
+    """`stream.flush()` for several streams, one codec-decoder and two vocoder calls for every group whose states
+    stack: a server's streams end a few at a time, and each flush alone runs every layer of both models for a few
+    frames (a tenth of the render thread at 16 sessions, docs/results.md). Each stream's audio is its own flush's,
+    up to float rounding."""
+    audio: list[np.ndarray | None] = [None] * len(streams)
+    groups: dict[tuple, list[int]] = {}
+    for i, stream in enumerate(streams):
+        if type(stream) is StreamingMelDecoder:
+            groups.setdefault(_stack_key(stream), []).append(i)
+        else:
+            audio[i] = stream.flush()
+    for members in groups.values():
+        if len(members) == 1:
+            audio[members[0]] = streams[members[0]].flush()
+            continue
+        group = [streams[i] for i in members]
+        codec, vocoder = group[0].codec, group[0].vocoder_stream.vocoder
+        state = stack_states([s.conv_state for s in group])
+        empty = torch.zeros(len(group), codec.num_codebooks, 0, dtype=torch.long)
+        mels = codec.model.denormalize(codec.model.decoder(codec.model.fsq.from_codes(empty), state, True))
+        vocoder_state = stack_states([s.vocoder_stream.state for s in group])
+        x = mels.transpose(1, 2).contiguous()  # (B, 80, frames the decoder held back)
+        # as `StreamingVocoder.push` then `flush` run it: the frames (in its push lengths), then the end
+        lengths, parts, start = getattr(vocoder.generator, "PUSH_LENGTHS", None) or (x.shape[2],), [], 0
+        while start < x.shape[2]:
+            n = next(n for n in lengths if n <= x.shape[2] - start)
+            parts.append(vocoder.generator(x[:, :, start : start + n], vocoder_state, False)[:, 0])
+            start += n
+        parts.append(vocoder.generator(x[:, :, :0], vocoder_state, True)[:, 0])
+        out = torch.cat(parts, dim=1).numpy()
+        rows = zip(members, group, out, split_state(state, len(group)), split_state(vocoder_state, len(group)))
+        for i, stream, row_audio, row_state, row_vocoder_state in rows:
+            stream.conv_state, stream.vocoder_stream.state = row_state, row_vocoder_state
+            audio[i] = row_audio
+    return audio
+
+
+def _stack_key(stream: StreamingMelDecoder) -> tuple:
+    """What streams share whose states stack into one batched call."""
+    return (id(stream.codec), state_signature(stream.conv_state), id(stream.vocoder_stream.vocoder),
+            state_signature(stream.vocoder_stream.state))
 
 
 def _plan(lengths: dict[int, int]) -> list[list[tuple[int, int, int]]]:

@@ -17,10 +17,10 @@ of their steps and renders took about four times as long as alone. So one thread
   frames meanwhile (`RenderRequest.overlap`: it is sent a `PendingRender` at once, and yields it back when it must
   wait; waiting idle instead, half the streams sat out each decoder pass at 12 sessions, docs/results.md): the
   decoder steps are dispatch-bound Python and the renders convolutions that release the interpreter lock, so on
-  two cores the two overlap where one thread did them in turn. Renders that come due
-  while the render thread is busy wait and go together in its next pass. With `batch_renders` (the default)
-  the renders of a pass run in few codec-decoder and vocoder calls, each for a group of like streams
-  (`tts/codec/mel_codec.render_many`; among other streams renders are whole multiples of a few frames,
+  two cores the two overlap where one thread did them in turn. Renders that come due while the render thread is
+  busy wait and go together in its next pass. With `batch_renders` (the default) the renders of a pass run in few
+  codec-decoder and vocoder calls, each for a group of like streams (`tts/codec/mel_codec.render_many`, the
+  streams' last audio `flush_many`; among other streams renders are whole multiples of a few frames,
   `StreamTuning.shared_render_quantum`, so they come in few lengths), else each alone;
 - streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream
   that has none yet before all), so a new request's opening and a stream close to running dry are not kept
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tts.codec.mel_codec import render_many
+from tts.codec.mel_codec import flush_many, render_many
 from tts.inference.schedule import StreamSchedule
 from tts.inference.synthesis import PendingRender, RenderRequest, StepRequest
 from tts.model.incremental import decode_step, decode_steps
@@ -338,7 +338,8 @@ class StreamWorker:
         outputs = {}
         if not calls:
             return outputs
-        pushes = [call for call in calls if not call.request.final]  # a stream's last audio (`final`) runs alone
+        pushes = [call for call in calls if not call.request.final]
+        ends = [call for call in calls if call.request.final]  # streams' last audio (`stream.flush()`)
         try:
             if self.batch_renders and len(pushes) > 1:
                 audio = render_many([c.request.stream for c in pushes], [c.request.codes for c in pushes],
@@ -346,6 +347,8 @@ class StreamWorker:
                 outputs.update(zip(pushes, audio))
                 self.stats.render_passes += 1
                 self.stats.renders += len(pushes)
+            if self.batch_renders and len(ends) > 1:
+                outputs.update(zip(ends, flush_many([c.request.stream for c in ends])))
             for call in calls:
                 if call not in outputs:
                     outputs[call] = call.request.run()

@@ -204,6 +204,31 @@ def test_renders_of_several_streams_take_few_passes(tiny_bundle, monkeypatch, le
         np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max())) + 1e-6)
 
 
+def test_flushes_of_many_streams_in_one_pass_are_each_streams_own_end(tiny_bundle, monkeypatch):
+    """`flush_many`: streams that end together flush in one codec-decoder pass and one vocoder pass for their frames
+    (plus its end), each getting its own flush's audio. Their states stack though each stream pushed alone (each
+    built its own state keys); a stream whose state holds other shapes (it pushed nothing) flushes alone."""
+    import numpy as np
+
+    from tts.codec.mel_codec import flush_many
+
+    codec = tiny_bundle(2).codec
+    torch.manual_seed(2)
+    codes = [torch.randint(0, codec.codebook_size, (codec.num_codebooks, n)) for n in (8, 5, 12)]
+    alone, together = ([codec.streaming_decoder() for _ in range(4)] for _ in range(2))
+    for streams in (alone, together):
+        for stream, c in zip(streams, codes):
+            stream.push(c)
+    ends_alone = [stream.flush() for stream in alone]
+    counted = counted_passes(codec, monkeypatch)
+    ends_together = flush_many(together)
+    assert counted == {"decoder": 1 + 1, "vocoder": 2 + 2}  # the three stacked, then the fourth alone
+    for one, many in zip(ends_alone, ends_together):
+        assert one.shape == many.shape
+        np.testing.assert_allclose(many, one, atol=2e-4 * max(1e-3, float(np.abs(one).max(initial=0))) + 1e-6)
+    assert len(ends_alone[0]) > 0
+
+
 def counted_passes(codec, monkeypatch) -> dict[str, int]:
     """From now on, how many times the codec's decoder and its vocoder run (a dict that counts)."""
     passes = {"decoder": 0, "vocoder": 0}
