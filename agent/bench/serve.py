@@ -15,7 +15,7 @@ from audio_io.sinks import ClockSink
 from tts.inference.batching import StreamWorker
 from tts.inference.synthesis import TTSBundle
 
-from agent.serve.server import ServeConfig, create_app
+from agent.serve.server import SERVICE, ServeConfig, create_app
 from tts.eval.stream_bench import percentile as pct
 
 
@@ -115,6 +115,7 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
             await server.start_server()
         base = url.rstrip("/") if url else str(server.make_url("")).rstrip("/")
         quiet = await _idle_connections(base, idle)
+        worker = server.app[SERVICE].worker if server is not None else None
         cpu_started = time.process_time()
         try:
             async with ClientSession() as session:
@@ -134,7 +135,11 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
                      # wall time over audio served per session: above 1, the sessions no longer keep real time
                      "rtf": round(wall / (audio / n), 3) if audio else None,
                      # the whole process's CPU seconds (every thread, the clients' too) per second of audio served
-                     "cpu_s_per_audio_s": round(cpu_s / audio, 3) if audio and cpu_s is not None else None})
+                     "cpu_s_per_audio_s": round(cpu_s / audio, 3) if audio and cpu_s is not None else None,
+                     # the worker's rendering (the codec decoder and the vocoder) per second of audio served: how
+                     # well renders batch, steadier than CPU time on a VM whose speed drifts (docs/results.md)
+                     "render_ms_per_audio_s": round(worker.stats.render_s * 1e3 / audio, 1)
+                     if audio and worker is not None else None})
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]

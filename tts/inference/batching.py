@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ class BatchStats:
     render_passes: int = 0  # passes that rendered more than one stream's frames
     renders: int = 0  # the renders those passes held
     overlapped_renders: int = 0  # renders its stream decoded on beside (`RenderRequest.overlap`)
+    render_s: float = 0.0  # time spent rendering (on the render thread where there is one): what a server's renders
+    # cost, read beside the audio it served (`s5 bench serve`)
 
 
 class StreamWorker:
@@ -338,6 +341,7 @@ class StreamWorker:
         outputs = {}
         if not calls:
             return outputs
+        started = time.perf_counter()
         pushes = [call for call in calls if not call.request.final]
         ends = [call for call in calls if call.request.final]  # streams' last audio (`stream.flush()`)
         try:
@@ -355,6 +359,7 @@ class StreamWorker:
         except BaseException as error:  # as a failed decoder batch: every stream in it sees the failure
             for call in calls:
                 outputs.setdefault(call, error)
+        self.stats.render_s += time.perf_counter() - started
         return outputs
 
     def _count(self, size: int) -> None:
