@@ -143,9 +143,8 @@ def state_signature(state: StreamState) -> frozenset:
 
 def _key(key):
     """A state key by what it names, not by which object says it: a layer by identity, a (layer, branch) tuple by
-    its parts. Each stream builds its own tuple keys, and compared by their own identity the states of two
-    streams never stacked unless the streams had first rendered together (whole groups of a server's streams
-    rendered one by one)."""
+    its parts. Each stream builds its own tuple keys: told apart by the tuples' identity, only streams that had
+    first rendered together (and so shared their tuples) would stack."""
     if isinstance(key, tuple):
         return tuple(_key(part) for part in key)
     return key if isinstance(key, (str, int)) else id(key)
