@@ -59,7 +59,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
     def measure(url, counts, progress, mode: str | None = None):
         return asyncio.run(bench_serve(bundles, sentences, counts, args.model, progress,
                                        batch_decode=not args.no_batch, worker_threads=args.threads,
-                                       url=url, token=args.token, idle=args.idle, renders=mode))
+                                       url=url, token=args.token, idle=args.idle, renders=mode, spread=args.spread))
 
     with progress_bar() as progress:
         if len(urls) == 1 and len(renders) == 1:
@@ -215,6 +215,8 @@ def register(bench_kinds) -> None:
                              "(tts/inference/batching.RENDER_MODES: inline or on a render thread, each stream alone "
                              "or -batched; default: as s5 serve); several, comma-separated: side by side, each count "
                              "with each in turn")
+    serve_bench.add_argument("--spread", action="store_true", help="each client starts at its own sentence, the "
+                             "starts spread over a second (default: all at once, in step: the worst case)")
     serve_bench.add_argument("--json", action="store_true")
     serve_bench.add_argument("--model", choices=["s5", "t5"], default="s5")
     serve_bench.add_argument("--sentences", type=Path, default=None, help="one per line (default: configs/bench_sentences.txt)")

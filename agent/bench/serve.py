@@ -3,7 +3,12 @@ at once, each asking for the benchmark sentences one after another over POST /v1
 plays what arrives on a real-time player clock, so a late piece of audio is an underrun the listener would hear.
 A client whose request fails on the way (a refused connection, a cut stream, a 502/503 from a proxy whose replica
 died) asks again, as an app would, up to `RETRIES` times: each is a reconnect, counted. `idle` more connections are
-held open, doing nothing, for the whole run (clients that connected and went quiet)."""
+held open, doing nothing, for the whole run (clients that connected and went quiet).
+
+By default every client asks for the same sentences in the same order and all start at once, so they stay in step:
+every sentence opens 16 streams together at 16 sessions, the worst case for the first sound. With `spread` client i
+starts at sentence i of the list, `i / n` of `SPREAD_S` after the first, so openings come as independent clients'
+would (`client_plans`)."""
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +25,16 @@ from tts.eval.stream_bench import percentile as pct
 
 
 RETRIES = 3
+SPREAD_S = 1.0  # with `spread`, the clients' starts are spread over this long
+
+
+def client_plans(sentences: list[str], n: int, spread: bool) -> list[tuple[float, list[str]]]:
+    """Each of `n` clients' (delay before its first request in seconds, the sentences it asks for in order): all at
+    once and in the same order, or (`spread`) each starting at its own sentence of the list, its start delayed by its
+    share of `SPREAD_S`."""
+    if not spread:
+        return [(0.0, list(sentences)) for _ in range(n)]
+    return [(SPREAD_S * i / n, sentences[i % len(sentences):] + sentences[: i % len(sentences)]) for i in range(n)]
 
 
 class _Retry(Exception):
@@ -55,8 +70,10 @@ async def _speak(session, url: str, text: str, model: str, headers: dict | None)
         raise _Retry from None
 
 
-async def _client(session, url: str, sentences: list[str], model: str, headers: dict | None = None) -> dict:
+async def _client(session, url: str, sentences: list[str], model: str, headers: dict | None = None,
+                  delay_s: float = 0.0) -> dict:
     firsts, underruns, errors, audio_s, wall_s, reconnects = [], 0, 0, 0.0, 0.0, 0
+    await asyncio.sleep(delay_s)
     for text in sentences:
         started = time.perf_counter_ns()
         player = None
@@ -97,10 +114,11 @@ async def _idle_connections(url: str, n: int) -> list:
 async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str], session_counts: list[int],
                       model: str = "s5", progress=None, batch_decode: bool = True, worker_threads: int = 2,
                       url: str | None = None, token: str | None = None, idle: int = 0,
-                      renders: str | None = None) -> dict:
+                      renders: str | None = None, spread: bool = False) -> dict:
     """`url`: measure that running server (standalone or behind any proxy) instead of starting one here; its CPU
     time is then not this process's to count. `renders`: where the server's worker renders
-    (`tts/inference/batching.RENDER_MODES`; None: as `s5 serve`)."""
+    (`tts/inference/batching.RENDER_MODES`; None: as `s5 serve`). `spread`: the clients start apart, each at its own
+    sentence (`client_plans`)."""
     from aiohttp import ClientSession
     from aiohttp.test_utils import TestServer
 
@@ -120,7 +138,8 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         try:
             async with ClientSession() as session:
                 speech = base + "/v1/audio/speech"
-                results = await asyncio.gather(*(_client(session, speech, sentences, model, headers) for _ in range(n)))
+                results = await asyncio.gather(*(_client(session, speech, texts, model, headers, delay_s)
+                                                 for delay_s, texts in client_plans(sentences, n, spread)))
         finally:
             for writer in quiet:
                 writer.close()
@@ -147,5 +166,5 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         renders = None  # not this bench's worker, or none at all
     else:
         renders = renders or StreamWorker.for_renders(worker_threads).renders
-    return {"model": model, "sentences": len(sentences), "batch_decode": batch_decode, "renders": renders,
-            "url": url, "idle": idle, "runs": runs, "streams_real_time": max(clean, default=0)}
+    return {"model": model, "sentences": len(sentences), "spread": spread, "batch_decode": batch_decode,
+            "renders": renders, "url": url, "idle": idle, "runs": runs, "streams_real_time": max(clean, default=0)}

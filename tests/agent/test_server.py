@@ -131,11 +131,24 @@ def test_two_requests_at_once_get_their_own_audio(bundles):
         assert len(mixed) == len(single) and np.abs(mixed - single).max() <= 1
 
 
+def test_spread_clients_start_apart_each_at_its_own_sentence():
+    """`s5 bench serve --spread`: client i starts at sentence i (the list wraps) and i / n of a second after the
+    first; by default all start at once with the same list, in step."""
+    from agent.bench.serve import SPREAD_S, client_plans
+
+    texts = ["One.", "Two.", "Three."]
+    assert client_plans(texts, 2, spread=False) == [(0.0, texts), (0.0, texts)]
+    plans = client_plans(texts, 4, spread=True)
+    assert [delay for delay, _ in plans] == [0.0, SPREAD_S / 4, SPREAD_S / 2, 3 * SPREAD_S / 4]
+    assert [order[0] for _, order in plans] == ["One.", "Two.", "Three.", "One."]
+    assert all(sorted(order) == sorted(texts) for _, order in plans)  # every client speaks every sentence
+
+
 def test_bench_serve_reports_each_session_count(bundles, tmp_path):
     from agent.bench.serve import bench_serve
 
-    result = asyncio.run(bench_serve(bundles, ["Hello there.", "How are you today?"], [1, 2]))
-    assert [r["sessions"] for r in result["runs"]] == [1, 2] and result["batch_decode"]
+    result = asyncio.run(bench_serve(bundles, ["Hello there.", "How are you today?"], [1, 2], spread=True))
+    assert [r["sessions"] for r in result["runs"]] == [1, 2] and result["batch_decode"] and result["spread"]
     assert result["streams_real_time"] in (0, 1, 2)
     for run in result["runs"]:  # every session of every run spoke, and was timed as a listener would time it
         assert run["errors"] == 0 and 0 < run["first_audible_ms_p50"] <= run["first_audible_ms_p95"]
