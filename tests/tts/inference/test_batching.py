@@ -298,22 +298,28 @@ def test_renders_on_a_thread_of_their_own_sound_as_on_the_worker(tiny_bundle):
 
 def test_a_streams_last_audio_renders_on_the_render_thread(tiny_bundle, monkeypatch):
     """The codec's flush at a stream's end is a render like the others: with a render thread it runs there, not
-    between the other streams' decoder steps."""
+    between the other streams' decoder steps (alone, or with the flushes due beside it: `flush_many`)."""
     import threading
 
+    import tts.inference.batching as batching
     from tts.codec.mel_codec import StreamingMelDecoder
 
-    flushed_on, flush = [], StreamingMelDecoder.flush
+    flushed_on, flush, flush_many = {}, StreamingMelDecoder.flush, batching.flush_many  # stream -> thread
 
     def noting_flush(self):
-        flushed_on.append(threading.current_thread().name)
+        flushed_on[self] = threading.current_thread().name
         return flush(self)
 
+    def noting_flush_many(streams):
+        flushed_on.update(dict.fromkeys(streams, threading.current_thread().name))
+        return flush_many(streams)
+
     monkeypatch.setattr(StreamingMelDecoder, "flush", noting_flush)
+    monkeypatch.setattr(batching, "flush_many", noting_flush_many)
     worker = StreamWorker(2, render_thread=True)
     together = asyncio.run(_speak_together(tiny_bundle(2), worker, [0.0, 0.0, 0.01]))
     assert all(len(t) for t in together)
-    assert len(flushed_on) == len(TEXTS) and all(name.startswith("s5-render") for name in flushed_on)
+    assert len(flushed_on) == len(TEXTS) and all(name.startswith("s5-render") for name in flushed_on.values())
 
 
 def test_a_render_that_fails_on_the_render_thread_fails_its_stream_alone(tiny_bundle, monkeypatch):
