@@ -1,6 +1,7 @@
 """The trainer on a tiny random tokenised corpus: batches, resume, export, and DDP over 2 CPU processes."""
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -121,8 +122,11 @@ def test_ddp_two_cpu_processes_keep_identical_weights(tmp_path):
         "dist.destroy_process_group()\n"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]), OMP_NUM_THREADS="1")
+    with socket.socket() as probe:  # a port free now: a fixed one can be taken (EADDRINUSE on a fresh clone)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533", str(script),
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script),
          str(tmp_path / "tokens"), str(tmp_path / "run")],
         capture_output=True, text=True, timeout=300, env=env,
     )
