@@ -33,7 +33,7 @@ from tts.codec.streaming_conv import (
 )
 from audio_io.errors import UserError
 from tts.codec.base import held_back_frames
-from tts.codec.vocoder import UNIVERSAL, Vocoder, load_vocoder
+from tts.codec.vocoder import UNIVERSAL, Vocoder, generate_in_push_lengths, load_vocoder
 from tts.codec.vocoder_choice import (
     AUTO,
     CANDIDATES,
@@ -367,14 +367,9 @@ def flush_many(streams: list[StreamingMelDecoder]) -> list[np.ndarray]:
         mels = codec.model.denormalize(codec.model.decoder(codec.model.fsq.from_codes(empty), state, True))
         vocoder_state = stack_states([s.vocoder_stream.state for s in group])
         x = mels.transpose(1, 2).contiguous()  # (B, 80, frames the decoder held back)
-        # as `StreamingVocoder.push` then `flush` run it: the frames (in its push lengths), then the end
-        lengths, parts, start = getattr(vocoder.generator, "PUSH_LENGTHS", None) or (x.shape[2],), [], 0
-        while start < x.shape[2]:
-            n = next(n for n in lengths if n <= x.shape[2] - start)
-            parts.append(vocoder.generator(x[:, :, start : start + n], vocoder_state, False)[:, 0])
-            start += n
-        parts.append(vocoder.generator(x[:, :, :0], vocoder_state, True)[:, 0])
-        out = torch.cat(parts, dim=1).numpy()
+        # as `StreamingMelDecoder.flush` runs it: the vocoder's push of those frames, then its flush
+        out = torch.cat([generate_in_push_lengths(vocoder.generator, x, vocoder_state, False),
+                         generate_in_push_lengths(vocoder.generator, x[:, :, :0], vocoder_state, True)], dim=1).numpy()
         rows = zip(members, group, out, split_state(state, len(group)), split_state(vocoder_state, len(group)))
         for i, stream, row_audio, row_state, row_vocoder_state in rows:
             stream.conv_state, stream.vocoder_stream.state = row_state, row_vocoder_state

@@ -203,22 +203,28 @@ class StreamingVocoder:
     def push(self, log_mel: np.ndarray, final: bool = False) -> np.ndarray:
         """(n, 80) new frames -> the audio that is final now (possibly empty)."""
         x = torch.as_tensor(np.asarray(log_mel, dtype=np.float32)).T[None]
-        generator = self.vocoder.generator
-        lengths = getattr(generator, "PUSH_LENGTHS", None)
-        if not lengths or x.shape[2] in lengths or x.shape[2] == 0:
-            return generator(x, self.state, final)[0, 0].numpy()
-        parts, start = [], 0
-        while start < x.shape[2]:
-            n = next(n for n in lengths if n <= x.shape[2] - start)
-            parts.append(generator(x[:, :, start : start + n], self.state, False)[0, 0])
-            start += n
-        if final:
-            parts.append(generator(x[:, :, :0], self.state, True)[0, 0])
-        return torch.cat(parts).numpy()
+        return generate_in_push_lengths(self.vocoder.generator, x, self.state, final)[0].numpy()
 
     def flush(self) -> np.ndarray:
         """The rest of the utterance's audio (the frames at its end have no right context to wait for)."""
         return self.push(np.zeros((0, mel.N_MELS), np.float32), final=True)
+
+
+def generate_in_push_lengths(generator: nn.Module, x: torch.Tensor, state: StreamState, final: bool) -> torch.Tensor:
+    """(B, 80, n) log-mel through a streaming generator -> (B, samples), cut into the generator's `PUSH_LENGTHS`
+    (the input lengths compiled at load) where it has them; the convolutions stream exactly, so the cut changes
+    no sample."""
+    lengths = getattr(generator, "PUSH_LENGTHS", None)
+    if not lengths or x.shape[2] in lengths or x.shape[2] == 0:
+        return generator(x, state, final)[:, 0]
+    parts, start = [], 0
+    while start < x.shape[2]:
+        n = next(n for n in lengths if n <= x.shape[2] - start)
+        parts.append(generator(x[:, :, start : start + n], state, False)[:, 0])
+        start += n
+    if final:
+        parts.append(generator(x[:, :, :0], state, True)[:, 0])
+    return torch.cat(parts, dim=1)
 
 
 def load_vocoder(name: str = UNIVERSAL) -> Vocoder:
