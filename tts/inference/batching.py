@@ -22,6 +22,8 @@ of their steps and renders took about four times as long as alone. So one thread
   codec-decoder and vocoder calls, each for a group of like streams (`tts/codec/mel_codec.render_many`, the
   streams' last audio `flush_many`; among other streams renders are whole multiples of a few frames,
   `StreamTuning.shared_render_quantum`, so they come in few lengths), else each alone;
+- the words streams took (`StreamSchedule.work_steps` yields an `EncodeRequest`) are encoded in one pass for all
+  of them (`tts/model/incremental.encode_many`): a burst of new requests encodes their openings together;
 - streams go in order of urgency (`StreamSchedule.urgency_s`: the least sound ahead of its player first, a stream
   that has none yet before all), so a new request's opening and a stream close to running dry are not kept
   waiting behind streams well ahead. Streams join and leave between steps (continuous batching); none waits for
@@ -44,7 +46,7 @@ import torch
 
 from tts.codec.mel_codec import flush_many, render_many
 from tts.inference.schedule import StreamSchedule
-from tts.inference.synthesis import PendingRender, RenderRequest, StepRequest
+from tts.inference.synthesis import EncodeRequest, PendingRender, RenderRequest, StepRequest, encode_units
 from tts.model.incremental import decode_step, decode_steps
 
 # where a worker renders: on its own thread between decoder steps ("inline") or on a render thread ("thread"),
@@ -89,6 +91,8 @@ class BatchStats:
     sizes: dict[int, int] = field(default_factory=dict)  # batch size -> how many batches had it
     render_passes: int = 0  # passes that rendered more than one stream's frames
     renders: int = 0  # the renders those passes held
+    encode_passes: int = 0  # encoder passes (each for the words every stream took since the last)
+    encodes: int = 0  # the streams' encodes those passes held
     overlapped_renders: int = 0  # renders its stream decoded on beside (`RenderRequest.overlap`)
     render_s: float = 0.0  # time spent rendering (on the render thread where there is one): what a server's renders
     # cost, read beside the audio it served (`s5 bench serve`)
@@ -231,6 +235,12 @@ class StreamWorker:
                         self._advance(item, audio, running)
                 if running:
                     batch, running = running, []
+                    encodes = [call for call in batch if isinstance(call.request, EncodeRequest)]
+                    if encodes:  # the words streams took, in one encoder pass; each then on into this pass
+                        batch = [call for call in batch if not isinstance(call.request, EncodeRequest)]
+                        error = self._encode(encodes)
+                        for call in _by_urgency(encodes):
+                            self._advance(call, error, batch)
                     for call in [call for call in batch if isinstance(call.request, PendingRender)]:
                         batch.remove(call)
                         if call.request.done:
@@ -297,6 +307,17 @@ class StreamWorker:
                     call.steps.close()
                     call.future.set_exception(error)
         return outputs
+
+    def _encode(self, calls: list[_Call]) -> BaseException | None:
+        """Every call's taken words in one encoder pass per model (`tts/inference/synthesis.encode_units`); a
+        failure fails every call of the pass, as a failed decoder batch does."""
+        try:
+            encode_units([unit for call in calls for unit in call.request.units])
+        except BaseException as error:
+            return error
+        self.stats.encode_passes += 1
+        self.stats.encodes += len(calls)
+        return None
 
     def _hand_over(self, calls: list[_Call]) -> None:
         """The render thread renders these calls' frames (`_render`) and hands each back through `_rendered`.

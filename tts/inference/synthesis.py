@@ -25,7 +25,7 @@ from tts.codec.base import Codec, held_back_frames
 from tts.codec.load import load_codec
 from tts.frontend.g2p import G2P, SymbolTable
 from tts.frontend.text import SPOKEN_PUNCTUATION, normalize_text
-from tts.model.incremental import DecoderState, IncrementalEncoder, StepOutput, decode_step
+from tts.model.incremental import DecoderState, IncrementalEncoder, StepOutput, add_slots_many, decode_step, encode_many
 from tts.model.s5tts import S5TTS
 from tts.model.sampling import mask_special_codes, sample_codes
 
@@ -77,6 +77,16 @@ class RenderRequest:
         return self.stream.push(self.codes, self.stretch) if self.stretch != 1.0 else self.stream.push(self.codes)
 
 
+@dataclass
+class EncodeRequest:
+    """Words that synthesis units took and have not encoded yet: `encode_units(units)` (a driver of many streams
+    encodes the words of several streams' units in one pass)."""
+    units: list["UtteranceSynthesizer"]
+
+    def run(self) -> None:
+        encode_units(self.units)
+
+
 @dataclass(eq=False)  # compared and hashed by identity
 class PendingRender:
     """An overlapping render on another thread (`RenderRequest.overlap`): `done` once its audio, or the error it
@@ -86,8 +96,8 @@ class PendingRender:
 
 
 Result = TypeVar("Result")
-Steps = Generator[StepRequest | RenderRequest | PendingRender, StepOutput | np.ndarray | PendingRender, Result]  # yields
-# the work it needs (decoder steps, renders), is sent their outputs
+Steps = Generator[StepRequest | RenderRequest | EncodeRequest | PendingRender, StepOutput | np.ndarray | PendingRender | None,
+                  Result]  # yields the work it needs (decoder steps, renders, encodes), is sent their outputs
 
 
 def run_steps(work: "Steps[Result]") -> Result:
@@ -96,7 +106,7 @@ def run_steps(work: "Steps[Result]") -> Result:
     try:
         request = next(work)
         while True:
-            output = request.run() if isinstance(request, RenderRequest) else \
+            output = request.run() if isinstance(request, (RenderRequest, EncodeRequest)) else \
                 decode_step(request.state, request.codes, request.words)
             request = work.send(output)
     except StopIteration as stop:
@@ -254,8 +264,8 @@ class UtteranceSynthesizer:
         # after them (word n of this utterance is word n + offset for the model)
         self.prompt = prompt
         self.offset = len(prompt.words) if prompt else 0
-        for ids in prompt.words if prompt else []:
-            self.encoder.push_word(ids)
+        if prompt:
+            self.encoder.queue_words(prompt.words)
 
     # ---- input -------------------------------------------------------------------------------------------
     def push_word(self, word: str) -> bool:
@@ -282,15 +292,19 @@ class UtteranceSynthesizer:
             self.word_caps.append(max(1, min(self.max_frames_per_word, by_length)))
             minimum = max(self.config.min_frames_per_word, round(self.config.min_seconds_per_phoneme * phonemes * rate))
             self.word_minimums.append(min(minimum, self.word_caps[-1]))
-        self.encoder.push_words(kept)
-        self.decoder.add_slots(self.encoder.read_slots())  # project the new slots now, not in the next step
+        self.encoder.queue_words(kept)  # encoded by `encode()`, or at the next step
         return spoken
 
     def end(self) -> None:
         self.ended = True
-        self.encoder.end()
+        self.encoder.queue_end()
         if not self.words:
             self.finished = True
+
+    def encode(self) -> None:
+        """Run the words pushed since the last step through the encoder and project their slots now, not in the
+        next step (`encode_units` does it for many units in one pass)."""
+        encode_units([self])
 
     # ---- generation ----------------------------------------------------------------------------------------
     def ready(self) -> bool:
@@ -373,6 +387,13 @@ class UtteranceSynthesizer:
         else:
             self.current += 1
         return chunk
+
+
+def encode_units(units: list[UtteranceSynthesizer]) -> None:
+    """Every unit's words pushed and not yet encoded, through the encoder and into the decoder's memory slots: the
+    units of one model in one pass (`tts/model/incremental.encode_many`, `add_slots_many`)."""
+    encode_many([unit.encoder for unit in units])
+    add_slots_many([unit.decoder for unit in units], [unit.encoder.read_slots() for unit in units])
 
 
 def synthesize_text(bundle: TTSBundle, text: str, config: SynthesisConfig | None = None) -> tuple[torch.Tensor, list[WordChunk]]:

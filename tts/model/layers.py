@@ -106,20 +106,28 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, C); history: (B, kernel-1, C) inputs that precede x (zeros at the sequence start)."""
+        if self.training and self.kernel > 1:
+            h = torch.cat([self._history(x, history), x], dim=1)  # (B, kernel-1+T, C)
+            return self.drop(self.proj(F.gelu(self.conv(h.transpose(1, 2)).transpose(1, 2))))
+        return self.drop(self.from_windows(self.windows(x, history)))
+
+    def windows(self, x: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
+        """The convolution's input windows of x as rows: (B, T, C) -> (B, T, C * kernel), so that the convolution
+        is one matrix product (`from_windows`; the CPU convolution costs ~1.3 ms on a few tokens), which streams
+        that each bring their own history run once over all their rows (`tts/model/incremental.encode_many`)."""
+        if self.kernel == 1:  # pointwise: the same weights as a linear layer
+            return x
         B, T, C = x.shape
-        if self.kernel == 1:  # pointwise: the same weights as a linear layer (conv1d's CPU path is slower)
-            h = F.gelu(F.linear(x, self.conv.weight[:, :, 0], self.conv.bias))
-        else:
-            if history is None:
-                history = x.new_zeros(B, self.kernel - 1, C)
-            h = torch.cat([history, x], dim=1)  # (B, kernel-1+T, C)
-            if self.training:
-                h = self.conv(h.transpose(1, 2)).transpose(1, 2)  # (B, T, d_ffn)
-            else:  # one matrix product over the unfolded tokens: the CPU convolution costs ~1.3 ms on a few tokens
-                h = F.linear(h.unfold(1, self.kernel, 1).reshape(B, T, C * self.kernel),
-                             self.conv.weight.reshape(self.conv.out_channels, C * self.kernel), self.conv.bias)
-            h = F.gelu(h)
-        return self.drop(self.proj(h))
+        h = torch.cat([self._history(x, history), x], dim=1)
+        return h.unfold(1, self.kernel, 1).reshape(B, T, C * self.kernel)
+
+    def from_windows(self, windows: torch.Tensor) -> torch.Tensor:
+        """(..., C * kernel) rows of `windows` -> (..., C), without dropout."""
+        weight = self.conv.weight.reshape(self.conv.out_channels, -1)
+        return self.proj(F.gelu(F.linear(windows, weight, self.conv.bias)))
+
+    def _history(self, x: torch.Tensor, history: torch.Tensor | None) -> torch.Tensor:
+        return x.new_zeros(x.shape[0], self.kernel - 1, x.shape[2]) if history is None else history
 
 
 class EncoderLayer(nn.Module):

@@ -84,6 +84,21 @@ def test_streams_batched_speak_what_they_speak_alone(tiny_bundle):
     assert worker.live_streams == 0  # every stream left when it was released
 
 
+def test_streams_that_start_together_encode_their_words_together(tiny_bundle, monkeypatch):
+    """Three requests at once: their first words go through the encoder in one pass (its query projection runs
+    once for all of them), and each stream still speaks what it speaks alone."""
+    alone = speak_alone(tiny_bundle(2))
+    bundle = tiny_bundle(2)
+    passes = []
+    bundle.model.encoder_layers[0].attn.query.register_forward_hook(lambda *_: passes.append(1))
+    worker = StreamWorker()
+    together = asyncio.run(_speak_together(bundle, worker, [0.0, 0.0, 0.0]))
+    for a, t in zip(alone, together):
+        assert torch.equal(a, codes_of(t))
+    stats = worker.stats
+    assert stats.encodes >= 3 and stats.encode_passes == len(passes) < stats.encodes
+
+
 def test_a_stream_alone_opens_eagerly_and_one_among_others_saves_the_renders(tiny_bundle):
     """The opening's frame-by-frame renders buy latency with CPU: a stream takes them only when no other stream
     of the worker is live."""

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tests.conftest import flatten_words, tiny_config
-from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
+from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step, encode_many
 from tts.model.s5tts import S5TTS, teacher_forcing
 
 
@@ -110,6 +110,53 @@ def test_pushing_words_together_equals_one_by_one(lookahead):
     for name in ("words", "versions", "tokens"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert (a.states - b.states).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("lookahead", [2, 0])
+def test_encoders_run_together_make_the_slots_each_makes_alone(lookahead):
+    """A server's streams at different points of their texts (new, halfway, ending, ended with no words, and one of
+    a full-context model) queue words and run them in one pass: every encoder's slots are those it makes alone, and
+    a pass with nothing queued changes nothing."""
+    g = torch.Generator().manual_seed(5)
+    model, full_context = S5TTS(tiny_config(lookahead)).eval(), S5TTS(tiny_config(None)).eval()
+    texts = [_random_words(g, n) for n in (6, 9, 4, 0, 5)]
+    plans = [(0, 3, False), (4, 9, False), (2, 4, True), (0, 0, True), (0, 5, True)]  # (words before, queued up to, ends)
+    alone, together = [], []
+    for i, (words, (before, upto, ends)) in enumerate(zip(texts, plans)):
+        for runs in (alone, together):
+            encoder = IncrementalEncoder(full_context if i == 4 else model)
+            if before:
+                encoder.push_words(words[:before])
+                encoder.read_slots()  # read already: only the new slots count
+            runs.append(encoder)
+        alone[-1].push_words(words[before:upto])
+        together[-1].queue_words(words[before:upto])
+        if ends:
+            alone[-1].end()
+            together[-1].queue_end()
+    passes = []
+    for layer in model.encoder_layers:
+        layer.attn.query.register_forward_hook(lambda *_: passes.append(1))
+    encode_many(together)
+    assert len(passes) == len(model.encoder_layers)  # one query projection per layer for the four streams
+    encode_many(together)  # nothing queued: nothing happens
+    for a, b in zip(alone, together):
+        assert not b.queued and b.ended == a.ended
+        slots_a, slots_b = a.read_slots(), b.read_slots()
+        assert (slots_a is None) == (slots_b is None)
+        if slots_a is not None:
+            for name in ("words", "versions", "tokens"):
+                assert torch.equal(getattr(slots_a, name), getattr(slots_b, name)), name
+            assert (slots_a.states - slots_b.states).abs().max() <= 1e-5
+
+
+def test_read_slots_encodes_what_is_queued():
+    model = S5TTS(tiny_config(2)).eval()
+    eager, lazy = IncrementalEncoder(model), IncrementalEncoder(model)
+    eager.push_words([[5, 6], [7], [8]])
+    lazy.queue_words([[5, 6], [7], [8]])
+    assert lazy.queued and not lazy.unread
+    assert torch.equal(eager.read_slots().states, lazy.read_slots().states) and not lazy.queued
 
 
 def test_encoder_never_recomputes_finished_words():
