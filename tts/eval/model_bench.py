@@ -1,4 +1,5 @@
-"""`s5 bench model`: parameter counts, training step time, and cached vs naive decoding speed, in one run."""
+"""`s5 bench model`: parameter counts, training step time, cached vs naive decoding speed, and the encoder passes of
+many streams' words each alone vs together, in one run."""
 from __future__ import annotations
 
 import platform
@@ -10,7 +11,7 @@ from rich.progress import Progress
 
 from tts.model.batch import TEXT_BOS, TEXT_EOS, Batch
 from tts.model.config import ModelConfig, load_model_config
-from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step
+from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step, encode_many
 from tts.model.s5tts import S5TTS, teacher_forcing
 
 
@@ -23,6 +24,9 @@ class ModelBenchConfig:
     train_steps: int = 3  # timed, after one warm-up step
     decode_frames: int = 300
     words: int = 15
+    streams: int = 16  # a server's burst of new requests...
+    opening_words: int = 5  # ...each encoding its opening's words (k + 1 + `encode_ahead_words`)
+    encode_repeats: int = 7  # the median of this many
 
 
 def count_parameters(config: ModelConfig) -> int:
@@ -96,6 +100,32 @@ def time_decoding(config: ModelConfig, bench: ModelBenchConfig, progress: Progre
     return cached_ms, naive_ms, diff
 
 
+def time_encoding(config: ModelConfig, bench: ModelBenchConfig, progress: Progress) -> dict[str, float]:
+    """ms for `streams` new encoders to encode their first words (`opening_words`, then all `words`), each alone
+    (as a worker did before `encode_many`) and all in one pass, interleaved; medians of `encode_repeats`."""
+    model = S5TTS(config).eval()
+    words = [[int(t) for t in torch.randint(3, 40, (4,), generator=torch.Generator().manual_seed(i))]
+             for i in range(bench.words)]
+    timings: dict[str, list[float]] = {}
+    task = progress.add_task("encoder passes", total=bench.encode_repeats * 4)
+    for _ in range(bench.encode_repeats):
+        for n_words in (bench.opening_words, bench.words):
+            for together in (False, True):
+                encoders = [IncrementalEncoder(model) for _ in range(bench.streams)]
+                start = time.perf_counter()
+                if together:
+                    for encoder in encoders:
+                        encoder.queue_words(words[:n_words])
+                    encode_many(encoders)
+                else:
+                    for encoder in encoders:
+                        encoder.push_words(words[:n_words])
+                key = f"encode_{bench.streams}x{n_words}_words_ms_{'together' if together else 'alone'}"
+                timings.setdefault(key, []).append((time.perf_counter() - start) * 1000)
+                progress.advance(task)
+    return {key: round(sorted(values)[len(values) // 2], 1) for key, values in timings.items()}
+
+
 def run_model_bench(bench: ModelBenchConfig, progress: Progress) -> dict:
     default = load_model_config(bench.config)
     torch.manual_seed(0)
@@ -112,6 +142,7 @@ def run_model_bench(bench: ModelBenchConfig, progress: Progress) -> dict:
         "cached_speedup": round(naive_ms / cached_ms, 2),
         "decode_frames": bench.decode_frames,
         "cached_vs_naive_max_abs_diff": diff,
+        **time_encoding(default, bench, progress),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
