@@ -5,7 +5,9 @@
 far as the words received so far allow and returns the chunks of codec frames of every word it completed.
 `steps()` is the same work as a generator that yields each decoder step it needs (`StepRequest`) and takes its
 `StepOutput` back, so that a driver of many utterances can run their steps as one batch
-(`tts/inference/batching.py`); `step()` runs the steps itself, one at a time.
+(`tts/inference/batching.py`); `step()` runs the steps itself, one at a time. Words pushed are encoded at the next
+step, or before it by `encode_units`, which encodes the words of many units in one pass (a stream's schedule yields
+it as an `EncodeRequest`).
 Generation for word n starts once word n+k has arrived (or the text has ended); word n is complete when the
 newest step's cross-attention peak moves past it, or at the per-word frame cap; EOS is allowed only while the
 last word is being decoded. The async front end and audio output build on this.
@@ -292,7 +294,7 @@ class UtteranceSynthesizer:
             self.word_caps.append(max(1, min(self.max_frames_per_word, by_length)))
             minimum = max(self.config.min_frames_per_word, round(self.config.min_seconds_per_phoneme * phonemes * rate))
             self.word_minimums.append(min(minimum, self.word_caps[-1]))
-        self.encoder.queue_words(kept)  # encoded by `encode()`, or at the next step
+        self.encoder.queue_words(kept)  # encoded by `encode_units` (a stream's schedule), or at the next step
         return spoken
 
     def end(self) -> None:
@@ -300,11 +302,6 @@ class UtteranceSynthesizer:
         self.encoder.queue_end()
         if not self.words:
             self.finished = True
-
-    def encode(self) -> None:
-        """Run the words pushed since the last step through the encoder and project their slots now, not in the
-        next step (`encode_units` does it for many units in one pass)."""
-        encode_units([self])
 
     # ---- generation ----------------------------------------------------------------------------------------
     def ready(self) -> bool:
