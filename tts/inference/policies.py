@@ -149,7 +149,7 @@ class WordStreaming(Policy):
         """Text that came faster than speech (a whole reply at once, a burst of requests to a server) is encoded
         as the decoder needs it, not all before the first step: the current word, its lookahead and
         `encode_ahead_words` more; then, once sound plays, `encode_batch_words` more at a time. An encoder call
-        costs about 4 ms for four words and 13 for nineteen (one thread, CPU-sized model), so each of a burst of
+        costs 4.6 ms for four words and 13 for nineteen (one thread, the CPU-sized model), so each of a burst of
         new streams pays the first, not the second, before its first decoder step (docs/results.md); the slots
         are the same however the words are split (`IncrementalEncoder.push_words`)."""
         tuning = schedule.tuning

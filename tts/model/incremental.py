@@ -3,7 +3,9 @@
 IncrementalEncoder takes words as they arrive. Word-causal layers run once per word (earlier words are never
 recomputed); the lookahead layer's version j of word m is computed once word m + j is in, so encoder outputs
 become cross-attention memory slots append-only. `end()` adds EOS as word N+1 (its own word, so that knowing the
-text has ended changes nothing already computed) and the slots whose horizon lies past the text.
+text has ended changes nothing already computed) and the slots whose horizon lies past the text. Words may also be
+queued (`queue_words`, `queue_end`) and run later, the queued words of many encoders in one pass (`encode_many`:
+a server's streams), each encoder's slots those it makes alone.
 
 DecoderState holds the self-attention KV cache and the cross-attention keys/values of the slots received so far;
 `decode_step` runs new frames with the word A(s) each one belongs to, and returns the newest steps'
