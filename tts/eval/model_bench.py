@@ -25,7 +25,7 @@ class ModelBenchConfig:
     decode_frames: int = 300
     words: int = 15
     streams: int = 16  # a server's burst of new requests...
-    opening_words: int = 5  # ...each encoding its opening's words (k + 1 + `encode_ahead_words`)
+    opening_words: int = 5  # ...each encoding its first few words (then a whole sentence's `words`)
     encode_repeats: int = 7  # the median of this many
 
 

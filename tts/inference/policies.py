@@ -35,7 +35,6 @@ class StreamSchedule(Protocol):
     emitted_s: float
     first_sent_ns: int | None
     frame_rate: float
-    k: int  # the model's lookahead words
     step_s: float  # the last decoder step's time
     render_s: float  # the last render's time...
     rendered_frames: int  # ...and frames
@@ -49,7 +48,6 @@ class StreamSchedule(Protocol):
     def render(self, unit: UtteranceSynthesizer) -> None: ...
     def render_steps(self, unit: UtteranceSynthesizer, frames: int | None = None, overlap: bool = False) -> Steps[None]: ...
     def take_completed_ahead(self) -> bool: ...
-    def words_ahead(self) -> int: ...
     def emit(self, unit: UtteranceSynthesizer) -> AudioChunk | None: ...
     def take_chunk(self) -> AudioChunk | None: ...
     def ahead_s(self) -> float | None: ...
@@ -74,10 +72,6 @@ class Policy:
     def release_hold(self, schedule: StreamSchedule, unit: UtteranceSynthesizer, now_ns: int) -> bool:
         """Is a held opening word to be played now?"""
         return False
-
-    def words_wanted(self, schedule: StreamSchedule) -> int | None:
-        """How many of the words waiting in the inbox to take now (None: all of them)."""
-        return None
 
     def advance(self, schedule: StreamSchedule, unit: UtteranceSynthesizer) -> Steps[AudioChunk | None]:
         """Decode a few frames of the front unit and return the chunk that may leave (None: none yet)."""
@@ -144,19 +138,6 @@ class WordStreaming(Policy):
                 unit.end()  # the unit is complete: its last words need no lookahead past it
         if run:
             schedule.open_unit().push_words(run)
-
-    def words_wanted(self, schedule: StreamSchedule) -> int | None:
-        """Text that came faster than speech (a whole reply at once, a burst of requests to a server) is encoded
-        as the decoder needs it, not all before the first step: the current word, its lookahead and
-        `encode_ahead_words` more; then, once sound plays, `encode_batch_words` more at a time. An encoder call
-        costs 4.6 ms for four words and 13 for nineteen (one thread, the CPU-sized model), so each of a burst of
-        new streams pays the first, not the second, before its first decoder step (docs/results.md); the slots
-        are the same however the words are split (`IncrementalEncoder.push_words`)."""
-        tuning = schedule.tuning
-        ahead, enough = schedule.words_ahead(), schedule.k + 1 + tuning.encode_ahead_words
-        if ahead >= enough:
-            return 0
-        return enough - ahead + (tuning.encode_batch_words if schedule.first_sent_ns is not None else 0)
 
     def sound_first(self, schedule: StreamSchedule) -> bool:
         front = schedule.front

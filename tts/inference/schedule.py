@@ -149,7 +149,9 @@ class StreamSchedule:
         started = self.clock()
         if self.policy.sound_first(self):
             return self.take_chunk(), "progress"  # the text the opening waited for came in: sound first
-        self._take_input()
+        words, ended = self.inbox.take()
+        self.policy.take_words(self, words, ended and not self.input_done)
+        self.input_done = ended
         taken = [unit for unit in self._units if unit.encoder.queued]
         if taken:
             yield EncodeRequest(taken)  # among other streams, encoded in one pass with theirs
@@ -180,21 +182,6 @@ class StreamSchedule:
         chunk = yield from self.policy.advance(self, unit)
         self.times.compute_ns += self.clock() - started
         return chunk, "progress"
-
-    def _take_input(self) -> None:
-        """Words from the inbox into units: as many as the policy wants now (`Policy.words_wanted`), again while
-        it wants more and more wait (a word of punctuation alone is taken and makes no sound)."""
-        while True:
-            limit = self.policy.words_wanted(self)
-            words, ended = self.inbox.take(limit)
-            self.policy.take_words(self, words, ended and not self.input_done)
-            self.input_done = ended
-            if limit is None or not words or not self.policy.words_wanted(self):
-                return
-
-    def words_ahead(self) -> int:
-        """Words encoded and not yet completed, in every unit: the word being decoded and those after it."""
-        return sum(len(unit.words) - unit.current + 1 for unit in self._units if not unit.finished)
 
     # ---- units ------------------------------------------------------------------------------------------
     def new_unit(self, words: list[str], complete: bool) -> UtteranceSynthesizer:

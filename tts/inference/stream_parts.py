@@ -290,13 +290,12 @@ class Inbox:
     def end(self) -> None:
         self.ended = True
 
-    def take(self, limit: int | None = None) -> tuple[list[tuple[str, bool]], bool]:
-        """The first `limit` words waiting (None: all) as (word, ends its unit), and whether the text has ended
-        with nothing left waiting (read together)."""
+    def take(self) -> tuple[list[tuple[str, bool]], bool]:
+        """Everything waiting as (word, ends its unit), and whether the text has ended (read together)."""
         with self._lock:
-            count = len(self._words) if limit is None else min(limit, len(self._words))
-            words = [self._words.popleft() for _ in range(count)]
-            return words, self.ended and not self._words
+            words = list(self._words)
+            self._words.clear()
+            return words, self.ended
 
     def waiting(self) -> tuple[int, bool]:
         """Words waiting (not taken yet), and whether the text has ended."""

@@ -27,12 +27,6 @@ class StreamTuning:
     short_opening_s: float = 0.35  # an opening word shorter than this waits for the next word's text...
     max_opening_hold_s: float = 0.4  # ...for at most this long: "Your | balance is $738.67" plays without a gap
 
-    # -- s5, text that came ahead of speech (a whole reply at once): encoded as the decoder needs it
-    encode_ahead_words: int = 2  # the current word, its lookahead and this many more are kept encoded (before the
-    # first sound, no more)...
-    encode_batch_words: int = 8  # ...and once sound plays, this many more at a time (an encoder call's cost is
-    # mostly fixed for a few words; `policies.WordStreaming.words_wanted`)
-
     # -- s5 among other streams (a server's worker): fewer, larger renders; the most urgent stream first
     shared_first_chunk_s: float = 0.5  # the first sound waits until this much is rendered, so it lasts while the
     # next words are decoded on shared cores (0.3 s: at 16 sessions a quarter of the second chunks came late)

@@ -7,7 +7,7 @@ import torch
 from tts.inference.schedule import StreamSchedule
 from tts.inference.stream_parts import Inbox, UtteranceTimes, ends_unit, split_units
 from tts.inference.synthesis import SynthesisConfig, run_steps
-from tts.inference.tuning import TUNING, StreamTuning
+from tts.inference.tuning import TUNING
 
 CLAUSE_UNIT_WORDS, MAX_UNIT_WORDS = TUNING.clause_unit_words, TUNING.max_unit_words
 
@@ -58,11 +58,10 @@ def drive(schedule: StreamSchedule, limit: int = 10_000, waits: list | None = No
     raise AssertionError("the schedule never finished")
 
 
-def schedule_for(bundle, mode: str, words: list[str], end: bool = True, frames_per_word: int = 4,
-                 tuning: StreamTuning = TUNING) -> StreamSchedule:
+def schedule_for(bundle, mode: str, words: list[str], end: bool = True, frames_per_word: int = 4) -> StreamSchedule:
     inbox = Inbox(UtteranceTimes())
     schedule = StreamSchedule(bundle, mode, SynthesisConfig(seed=5, max_frames_per_word=frames_per_word), 8, inbox,
-                              max_stretch=1.0, tuning=tuning)
+                              max_stretch=1.0)
     for word in words:
         inbox.put_word(word)
     if end:
@@ -105,12 +104,11 @@ def rendered_lengths(monkeypatch, schedule: StreamSchedule) -> tuple[list[int], 
 
 
 def test_each_unit_starts_with_fresh_state_and_modes_cut_the_same_units(tiny_bundle):
-    """A reply of several sentences, one long: s5 (all words in, then the end, every word taken at once) and t5 open
-    the same units, each a new synthesizer with its own decoder; both speak every word once, in order, with the same
-    codes."""
+    """A reply of several sentences, one long: s5 (all words in, then the end) and t5 open the same units, each a new
+    synthesizer with its own decoder; both speak every word once, in order, with the same codes."""
     bundle = tiny_bundle(2)
     words = "Sure thing! ".split() + LONG_SENTENCE + "That is all.".split()
-    s5 = schedule_for(bundle, "s5", words, tuning=TAKES_ALL)
+    s5 = schedule_for(bundle, "s5", words)
     first, _ = s5.work()  # takes the words: every unit is opened at once
     opened = s5.units
     assert [u.words for u in opened] == [u for u in split_units(words)]
@@ -122,33 +120,6 @@ def test_each_unit_starts_with_fresh_state_and_modes_cut_the_same_units(tiny_bun
     codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (s5_chunks, t5_chunks)]
     assert torch.equal(*codes)
     assert s5.units == []  # every unit sent and dropped
-
-
-TAKES_ALL = StreamTuning(encode_ahead_words=10**6)  # every waiting word is encoded at once
-
-
-def test_text_ahead_of_speech_is_encoded_as_the_decoder_needs_it(tiny_bundle, monkeypatch):
-    """A whole reply in the inbox: the first encoder call takes the current word, its k = 2 lookahead words and
-    `encode_ahead_words` more, not the reply; later calls take more as the decoder goes on (`encode_batch_words` at
-    most once sound plays). The stream speaks every word with the codes of one that encoded all at once."""
-    from tts.inference.synthesis import UtteranceSynthesizer
-
-    pushed = []
-    push_words = UtteranceSynthesizer.push_words
-    monkeypatch.setattr(UtteranceSynthesizer, "push_words", lambda unit, words: (words and pushed.append(len(words))) or push_words(unit, words))
-    words = "Sure thing! ".split() + LONG_SENTENCE
-    lazy = schedule_for(tiny_bundle(2), "s5", words)
-    lazy_chunks = drive(lazy)
-    first_call = 2 + 1 + TUNING.encode_ahead_words
-    assert pushed[0] == 2 and pushed[1] == first_call - 2  # "Sure thing!" ends its unit; the next unit's first words
-    assert sum(pushed) == len(words) and len(pushed) > 3
-    assert max(pushed) <= first_call + TUNING.encode_batch_words
-    eager_pushes = len(pushed)
-    eager_chunks = drive(schedule_for(tiny_bundle(2), "s5", words, tuning=TAKES_ALL))
-    assert len(pushed) - eager_pushes == 3  # one call per unit
-    assert [w for c in lazy_chunks for w in c.words] == [w for c in eager_chunks for w in c.words] == words
-    codes = [torch.cat([c.codes for c in chunks if c.codes is not None], dim=1) for chunks in (lazy_chunks, eager_chunks)]
-    assert torch.equal(*codes)
 
 
 def test_a_finished_sentence_is_spoken_without_waiting_for_lookahead_words(tiny_bundle):
