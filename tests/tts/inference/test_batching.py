@@ -99,6 +99,33 @@ def test_streams_that_start_together_encode_their_words_together(tiny_bundle, mo
     assert stats.encodes >= 3 and stats.encode_passes == len(passes) < stats.encodes
 
 
+def test_an_encoder_pass_that_fails_fails_the_streams_in_it_and_the_worker_serves_on(tiny_bundle, monkeypatch):
+    """The batched encoder pass raises: every stream whose words were in it gets the error (as a failed decoder
+    batch does: their encoders may be half updated), none hangs, and the next request speaks as alone."""
+    import tts.inference.batching as batching
+
+    alone = speak_alone(tiny_bundle(2))
+    bundle = tiny_bundle(2)
+    worker = StreamWorker()
+    encode_units = batching.encode_units
+
+    def failing(units):
+        raise RuntimeError("encoder failed")
+
+    monkeypatch.setattr(batching, "encode_units", failing)
+
+    async def together():
+        return await asyncio.gather(*(speak(bundle, t.split(), "s5", config=config(i), max_stretch=1.0, worker=worker)
+                                      for i, t in enumerate(TEXTS)), return_exceptions=True)
+
+    results = asyncio.run(together())
+    assert all(isinstance(r, RuntimeError) and str(r) == "encoder failed" for r in results)
+    monkeypatch.setattr(batching, "encode_units", encode_units)
+    assert torch.equal(alone[1], codes_of(asyncio.run(speak(bundle, TEXTS[1].split(), "s5", config=config(1),
+                                                            max_stretch=1.0, worker=worker)).chunks))
+    assert worker.live_streams == 0
+
+
 def test_a_stream_alone_opens_eagerly_and_one_among_others_saves_the_renders(tiny_bundle):
     """The opening's frame-by-frame renders buy latency with CPU: a stream takes them only when no other stream
     of the worker is live."""
