@@ -18,7 +18,8 @@ of their steps and renders took about four times as long as alone. So one thread
   wait; waiting idle instead, half the streams sat out each decoder pass at 12 sessions, docs/results.md): the
   decoder steps are dispatch-bound Python and the renders convolutions that release the interpreter lock, so on
   two cores the two overlap where one thread did them in turn. Renders that come due while the render thread is
-  busy wait and go together in its next pass. With `batch_renders` (the default) the renders of a pass run in few
+  busy wait and go together in its next pass. A burst of openings (many requests at once) renders half on the
+  worker thread, which would otherwise wait for them. With `batch_renders` (the default) the renders of a pass run in few
   codec-decoder and vocoder calls, each for a group of like streams (`tts/codec/mel_codec.render_many`, the
   streams' last audio `flush_many`; among other streams renders are whole multiples of a few frames,
   `StreamTuning.shared_render_quantum`, so they come in few lengths), else each alone;
@@ -53,6 +54,7 @@ from tts.model.incremental import decode_step, decode_steps
 # each stream alone or the streams due together in one pass ("-batched")
 RENDER_MODES = ("inline", "inline-batched", "thread", "thread-batched")
 IDLE_EXIT_S = 5.0  # the worker thread ends after this long with nothing to do (the next submit starts another)
+SHARED_OPENINGS = 4  # this many openings due together render half on the worker thread, half on the render thread
 STOP_WAIT_S = 5.0  # how long a stopping server, or the interpreter's exit, waits for the calls in flight
 # Workers whose thread runs. The thread is a daemon (an idle worker must not hold the process open), and a daemon
 # thread still alive when the interpreter finalizes is killed where it stands, which aborted processes
@@ -250,7 +252,8 @@ class StreamWorker:
                     renders = [call for call in batch if isinstance(call.request, RenderRequest)]
                     if self.render_thread:
                         jobs = [_RenderJob(call, call.request) for call in renders if call.request.overlap]
-                        self._hand_over([call for call in renders if not call.request.overlap] + jobs)
+                        here = self._openings_to_render_here(renders)
+                        self._hand_over([call for call in renders if not call.request.overlap and call not in here] + jobs)
                         self.stats.overlapped_renders += len(jobs)
                         ahead: list[_Call] = []
                         for job in jobs:  # each decodes on while it renders, its first step in this pass
@@ -258,7 +261,7 @@ class StreamWorker:
                             self._advance(job.call, job.pending, ahead)
                         batch += [call for call in ahead if isinstance(call.request, StepRequest)]
                         running += [call for call in ahead if not isinstance(call.request, StepRequest)]
-                        outputs = {}
+                        outputs = self._render(here)
                     else:
                         outputs = self._render(renders)
                     outputs.update(self._step([call for call in batch if not isinstance(call.request, RenderRequest)]))
@@ -318,6 +321,16 @@ class StreamWorker:
         self.stats.encode_passes += 1
         self.stats.encodes += len(calls)
         return None
+
+    @staticmethod
+    def _openings_to_render_here(renders: list[_Call]) -> list[_Call]:
+        """A burst of openings (`SHARED_OPENINGS` or more streams' first sound due in one pass, as when many
+        requests come at once): the least urgent half renders on this thread beside the render thread, so that
+        the burst's first sounds take both cores, not one while this thread waits (docs/results.md)."""
+        openings = [call for call in renders if call.schedule.first_sent_ns is None and not call.request.overlap]
+        if len(openings) < SHARED_OPENINGS:
+            return []
+        return _by_urgency(openings)[len(openings) - len(openings) // 2:]
 
     def _hand_over(self, calls: list[_Call]) -> None:
         """The render thread renders these calls' frames (`_render`) and hands each back through `_rendered`.
