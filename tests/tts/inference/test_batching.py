@@ -402,6 +402,25 @@ def test_a_render_that_fails_on_the_render_thread_fails_its_stream_alone(tiny_bu
     assert worker._in_render == 0
 
 
+def test_a_burst_of_openings_renders_half_on_the_worker_thread():
+    """Four or more streams' first sounds due in one pass: the least urgent half renders on the worker thread, the
+    rest on the render thread; fewer openings, and renders of streams that play, all go to the render thread."""
+    from types import SimpleNamespace
+
+    from tts.inference.batching import SHARED_OPENINGS, _Call
+
+    def call(waiting_s: float | None, overlap: bool = False) -> _Call:  # waiting_s None: it has sounded
+        schedule = SimpleNamespace(first_sent_ns=None if waiting_s is not None else 1,
+                                   urgency_s=lambda: -1e6 - waiting_s if waiting_s is not None else 0.5)
+        return _Call(schedule, None, request=SimpleNamespace(overlap=overlap))
+
+    openings = [call(w) for w in (0.3, 0.1, 0.4, 0.2, 0.05)]
+    playing = [call(None), call(None, overlap=True)]
+    here = StreamWorker._openings_to_render_here(playing + openings)
+    assert here == [openings[1], openings[4]]  # the two that waited least, the least urgent last
+    assert StreamWorker._openings_to_render_here(playing + openings[: SHARED_OPENINGS - 1]) == []
+
+
 def test_render_modes_name_their_worker():
     for mode in ("inline", "inline-batched", "thread", "thread-batched"):
         assert StreamWorker.for_renders(2, mode).renders == mode
