@@ -261,7 +261,7 @@ class StreamWorker:
                             self._advance(job.call, job.pending, ahead)
                         batch += [call for call in ahead if isinstance(call.request, StepRequest)]
                         running += [call for call in ahead if not isinstance(call.request, StepRequest)]
-                        outputs = self._render(here)
+                        outputs = self._render(here) if here else {}
                     else:
                         outputs = self._render(renders)
                     outputs.update(self._step([call for call in batch if not isinstance(call.request, RenderRequest)]))
