@@ -5,8 +5,9 @@ A client whose request fails on the way (a refused connection, a cut stream, a 5
 died) asks again, as an app would, up to `RETRIES` times: each is a reconnect, counted. `idle` more connections are
 held open, doing nothing, for the whole run (clients that connected and went quiet).
 
-By default every client asks for the same sentences in the same order and all start at once, so they stay in step:
-every sentence opens 16 streams together at 16 sessions, the worst case for the first sound. With `spread` client i
+By default every client asks for the same sentences in the same order and all start at once: the first sentences
+open every stream together (16 at 16 sessions), the worst case for the first sound; later ones drift apart, as each
+client asks for its next sentence once the last one's audio has all arrived. With `spread` client i
 starts at sentence i of the list, `i / n` of `SPREAD_S` after the first, so openings come as independent clients'
 would (`client_plans`)."""
 from __future__ import annotations
