@@ -16,6 +16,7 @@ same frames.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -174,14 +175,13 @@ def _add_tokens(runs: list[tuple[IncrementalEncoder, int]]) -> None:
     """The word-causal layers over each encoder's tokens from `start` on (each sees its own word and earlier ones),
     their keys/values and FFN inputs kept; the lookahead layer's inputs and keys/values of the new tokens."""
     model = runs[0][0].model
-    xs, masks, spans = [], [], []
+    xs, masks = [], []
     for encoder, start in runs:
         n = len(encoder.tokens) - start
         xs.append(model.embed_text(torch.tensor([encoder.tokens[start:]]), torch.arange(start, start + n)))
         word_ids = torch.tensor(encoder.word_ids)
         masks.append(word_ids[None, :] <= word_ids[start:, None])  # (n, start + n) own word and earlier ones
-        first = spans[-1][1] if spans else 0
-        spans.append((first, first + n))
+    spans = _spans([x.shape[1] for x in xs])
     x = torch.cat(xs, dim=1)  # (1, N, C): every encoder's new tokens, one after another
     for i, layer in enumerate(model.encoder_layers[:-1]):
         h = layer.norm_attn(x)
@@ -222,20 +222,21 @@ def _emit_slots(runs: list[tuple[IncrementalEncoder, range]]) -> None:
     assert top.ffn.kernel == 1  # pointwise: the rows of different slots and encoders do not mix
     x = torch.cat([encoder.top_in[:, tokens] for encoder, (tokens, _, _) in rows], dim=1)  # (1, R, C)
     q = top.attn.project_q(top.norm_attn(x))
-    heads, a = [], 0
-    for encoder, (tokens, _, keys_ends) in rows:
+    spans = _spans([len(tokens) for _, (tokens, _, _) in rows])
+    heads = []
+    for (encoder, (_, _, keys_ends)), (a, b) in zip(rows, spans):
         width = int(keys_ends.max())
         mask = torch.arange(width)[None, :] < keys_ends[:, None]  # (rows, width)
-        b = a + len(tokens)
         heads.append(top.attn.attend_heads(q[:, :, a:b], encoder.top_k[:, :, :width], encoder.top_v[:, :, :width], mask)[0])
-        a = b
     x = x + top.attn.out(torch.cat(heads, dim=1))
     x = model.encoder_norm(x + top.ffn.from_windows(top.norm_ffn(x)))[0]  # (R, C)
-    a = 0
-    for encoder, (tokens, versions, _) in rows:
-        b = a + len(tokens)
+    for (encoder, (tokens, versions, _)), (a, b) in zip(rows, spans):
         encoder.unread.append(SlotUpdate(x[a:b], torch.tensor(encoder.word_ids)[tokens], versions, tokens))
-        a = b
+
+
+def _spans(sizes: list[int]) -> list[tuple[int, int]]:
+    """Where each of several runs of rows lies in their concatenation: [start, end) per run."""
+    return [(end - size, end) for size, end in zip(sizes, accumulate(sizes))]
 
 
 class DecoderState:
@@ -274,14 +275,11 @@ def add_slots_many(states: list[DecoderState], updates: list[SlotUpdate | None])
         memory = torch.cat([update.states for _, update in group])[None]  # (1, n, C): every state's new slots
         if group[0][0].guided:
             memory = torch.cat([memory, group[0][0].model.null_memory.expand_as(memory)])  # (2, n, C)
-        a = 0
-        spans = []
         for state, update in group:
             state.slot_words = torch.cat([state.slot_words, update.words])
             state.slot_versions = torch.cat([state.slot_versions, update.versions])
             state.slot_tokens = torch.cat([state.slot_tokens, update.tokens])
-            spans.append((a, a + len(update.words)))
-            a += len(update.words)
+        spans = _spans([len(update.words) for _, update in group])
         for i, layer in enumerate(group[0][0].model.decoder_layers):
             k, v = layer.cross_attn.project_kv(memory)
             for (state, _), (a, b) in zip(group, spans):
