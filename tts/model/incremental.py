@@ -21,7 +21,7 @@ from itertools import accumulate
 import torch
 
 from tts.model.batch import TEXT_BOS, TEXT_EOS
-from tts.model.layers import KVCache, additive_mask, sinusoidal_positions
+from tts.model.layers import KVCache, sinusoidal_positions
 from tts.model.masks import causal_mask, cross_slot_mask
 from tts.model.s5tts import S5TTS
 
@@ -258,9 +258,32 @@ class DecoderState:
         self.slot_versions = torch.empty(0, dtype=torch.long)
         self.slot_tokens = torch.empty(0, dtype=torch.long)
         self.position = 0
+        self._visible: VisibleMemory | None = None  # the slots the last one-step word read (`visible_memory`)
 
     def add_slots(self, update: SlotUpdate | None) -> None:
         add_slots_many([self], [update])
+
+    def visible_memory(self, word: int) -> "VisibleMemory":
+        """The cross-attention keys/values a step of `word` (its A(s)) may read: one horizon version of each token
+        up to word + k, the True entries of `cross_slot_mask`, gathered once per word and per new slots. A step then
+        attends to them unmasked: it reads a third of the slots or fewer, where the mask read them all and built
+        itself every step. No slot visible (only before any text) reads them all, as `additive_mask` does."""
+        if self._visible is None or self._visible.word != word:
+            c = self.model.config
+            visible = cross_slot_mask(self.slot_words, self.slot_versions, torch.tensor([word]), c.lookahead_words)[0]
+            index = visible.nonzero()[:, 0] if visible.any() else torch.arange(len(visible))
+            self._visible = VisibleMemory(word, [k.index_select(2, index) for k in self.cross_k],
+                                          [v.index_select(2, index) for v in self.cross_v], self.slot_tokens[index])
+        return self._visible
+
+
+@dataclass
+class VisibleMemory:
+    """The memory slots one decoder step reads (`DecoderState.visible_memory`)."""
+    word: int  # A(s) of the steps that read them
+    keys: list[torch.Tensor]  # per decoder layer (rows, nh, V, hs)
+    values: list[torch.Tensor]
+    tokens: torch.Tensor  # (V,) the token of each slot
 
 
 @torch.inference_mode()
@@ -276,6 +299,7 @@ def add_slots_many(states: list[DecoderState], updates: list[SlotUpdate | None])
         if group[0][0].guided:
             memory = torch.cat([memory, group[0][0].model.null_memory.expand_as(memory)])  # (2, n, C)
         for state, update in group:
+            state._visible = None
             state.slot_words = torch.cat([state.slot_words, update.words])
             state.slot_versions = torch.cat([state.slot_versions, update.versions])
             state.slot_tokens = torch.cat([state.slot_tokens, update.tokens])
@@ -306,17 +330,22 @@ def decode_step(state: DecoderState, input_codes: torch.Tensor, step_words: torc
     if state.guided:
         x = x.expand(2, -1, -1)
     self_mask = causal_mask(start + n)[start:] if n > 1 else None  # one new step sees every cached one
-    cross_mask = cross_slot_mask(state.slot_words, state.slot_versions, step_words, c.lookahead_words)[None]
+    if n == 1:  # the slots its word sees, unmasked
+        memory = state.visible_memory(int(step_words[0]))
+        cross_k, cross_v, cross_mask, slot_tokens = memory.keys, memory.values, None, memory.tokens
+    else:  # steps of several words (a prompt): every slot, masked per step
+        cross_k, cross_v, slot_tokens = state.cross_k, state.cross_v, state.slot_tokens
+        cross_mask = cross_slot_mask(state.slot_words, state.slot_versions, step_words, c.lookahead_words)[None]
     attention = []
     for i, layer in enumerate(model.decoder_layers):
         aligned = i in c.alignment_layers
-        x, scores = layer(x, self_mask, state.cross_k[i], state.cross_v[i], cross_mask, state.caches[i], return_scores=aligned)
+        x, scores = layer(x, self_mask, cross_k[i], cross_v[i], cross_mask, state.caches[i], return_scores=aligned)
         if aligned:
             attention.append(scores[0].softmax(-1).mean(0))  # (n, L): the text row
     state.position += n
     hidden = model.decoder_norm(x)  # (B, n, C)
     logits = model.heads(hidden).view(-1, n, K, c.code_vocab_size)
-    token_attention = _token_attention(state, torch.stack(attention).mean(0))
+    token_attention = _token_attention(state, slot_tokens, torch.stack(attention).mean(0))
     return StepOutput(logits[0], hidden[0], token_attention, logits[1] if state.guided else None)
 
 
@@ -332,8 +361,7 @@ def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], st
     B, K = len(states), c.num_codebooks
     positions = torch.tensor([s.position for s in states])
     x = model.embed_frames(torch.stack(input_codes)) + sinusoidal_positions(positions, c.d_model)[:, None]  # (B, 1, C)
-    cross_masks = [additive_mask(cross_slot_mask(s.slot_words, s.slot_versions, w, c.lookahead_words))[None, None]
-                   for s, w in zip(states, step_words)]  # (1, 1, 1, L_b) each, for every layer
+    memories = [s.visible_memory(int(w[0])) for s, w in zip(states, step_words)]  # the slots each step reads
     attention: list[list[torch.Tensor]] = [[] for _ in states]
     for i, layer in enumerate(model.decoder_layers):
         aligned = i in c.alignment_layers
@@ -345,24 +373,25 @@ def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], st
         x = x + layer.self_attn.out(torch.cat(heads))
         q = layer.cross_attn.project_q(layer.norm_cross(x))
         heads = []
-        for b, s in enumerate(states):
-            y, scores = layer.cross_attn.attend_heads(q[b : b + 1], s.cross_k[i], s.cross_v[i], cross_masks[b],
+        for b, memory in enumerate(memories):
+            y, scores = layer.cross_attn.attend_heads(q[b : b + 1], memory.keys[i], memory.values[i], None,
                                                       return_scores=aligned)
             heads.append(y)
             if aligned:
-                attention[b].append(scores[0].softmax(-1).mean(0))  # (1, L_b)
+                attention[b].append(scores[0].softmax(-1).mean(0))  # (1, V_b)
         x = x + layer.cross_attn.out(torch.cat(heads))
         x = x + layer.ffn(layer.norm_ffn(x))
     hidden = model.decoder_norm(x)  # (B, 1, C)
     logits = model.heads(hidden).view(B, 1, K, c.code_vocab_size)
     outputs = []
-    for b, s in enumerate(states):
+    for b, (s, memory) in enumerate(zip(states, memories)):
         s.position += 1
-        outputs.append(StepOutput(logits[b], hidden[b], _token_attention(s, torch.stack(attention[b]).mean(0))))
+        outputs.append(StepOutput(logits[b], hidden[b], _token_attention(s, memory.tokens, torch.stack(attention[b]).mean(0))))
     return outputs
 
 
-def _token_attention(state: DecoderState, slot_attention: torch.Tensor) -> torch.Tensor:
-    """(n, L) attention over memory slots -> (n, T) over text tokens (a token's versions summed)."""
+def _token_attention(state: DecoderState, slot_tokens: torch.Tensor, slot_attention: torch.Tensor) -> torch.Tensor:
+    """(n, L) attention over memory slots whose tokens are `slot_tokens` (L,) -> (n, T) over every text token so far
+    (a token's versions summed)."""
     num_tokens = int(state.slot_tokens.max()) + 1 if len(state.slot_tokens) else 0
-    return slot_attention.new_zeros(len(slot_attention), num_tokens).index_add_(1, state.slot_tokens, slot_attention)
+    return slot_attention.new_zeros(len(slot_attention), num_tokens).index_add_(1, slot_tokens, slot_attention)

@@ -69,8 +69,9 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attend` after the query projection and before the output projection: q (B, nh, S, hs) -> the heads
         joined (B, S, C) and, if asked, the masked logits. A batch of utterances whose keys differ in length runs
-        this per utterance and the projections around it once for all (`tts/model/incremental.decode_steps`), with
-        the mask as `additive_mask` made once per step rather than once per layer."""
+        this per utterance and the projections around it once for all (`tts/model/incremental.decode_steps`, each
+        step's keys only those it may read, unmasked); a mask used in every layer is best passed as `additive_mask`,
+        made once."""
         B, _, S, _ = q.shape
         if mask is not None and mask.dtype == torch.bool:
             mask = additive_mask(mask)

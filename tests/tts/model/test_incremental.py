@@ -4,6 +4,7 @@ import torch
 
 from tests.conftest import flatten_words, tiny_config
 from tts.model.incremental import DecoderState, IncrementalEncoder, decode_step, encode_many
+from tts.model.masks import cross_slot_mask
 from tts.model.s5tts import S5TTS, teacher_forcing
 
 
@@ -49,6 +50,30 @@ def test_incremental_decoding_equals_full_forward(lookahead, levels):
         beyond = word_ids[0, : len(early)] > int(step_words[0]) + lookahead
         assert float(early[beyond].sum()) == 0.0
 
+
+
+def test_a_step_reads_only_the_slots_its_word_sees_and_new_slots_are_read_at_once():
+    """`visible_memory` gathers the slots `cross_slot_mask` opens for a word (one version of each token up to
+    A(s) + k); slots added while the word stays the same (here the versions word 4 completes) are in its next
+    read."""
+    g = torch.Generator().manual_seed(5)
+    model = S5TTS(tiny_config(2)).eval()
+    words = _random_words(g, 6)
+    encoder, decoder = IncrementalEncoder(model), DecoderState(model)
+    encoder.push_words(words[:3])
+    decoder.add_slots(encoder.read_slots())
+    first = decoder.visible_memory(2)
+    visible = cross_slot_mask(decoder.slot_words, decoder.slot_versions, torch.tensor([2]), 2)[0]
+    assert torch.equal(first.tokens, decoder.slot_tokens[visible])
+    assert torch.equal(first.keys[0], decoder.cross_k[0][:, :, visible])
+    assert len(set(first.tokens.tolist())) == len(first.tokens)  # one version of each token
+    assert decoder.visible_memory(2) is first  # gathered once per word
+    encoder.push_words(words[3:])
+    encoder.end()
+    decoder.add_slots(encoder.read_slots())
+    again = decoder.visible_memory(2)
+    visible = cross_slot_mask(decoder.slot_words, decoder.slot_versions, torch.tensor([2]), 2)[0]
+    assert len(again.tokens) > len(first.tokens) and torch.equal(again.tokens, decoder.slot_tokens[visible])
 
 @pytest.mark.parametrize("lookahead", [2, None])
 def test_prefill_equals_stepwise(lookahead):
