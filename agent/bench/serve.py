@@ -159,6 +159,9 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
                      # the worker's rendering (the codec decoder and the vocoder) per second of audio served: how
                      # well renders batch, steadier than CPU time on a VM whose speed drifts (docs/results.md)
                      "render_ms_per_audio_s": round(worker.stats.render_s * 1e3 / audio, 1)
+                     if audio and worker is not None else None,
+                     # the worker's decoder passes, the same way: what a change to the decoder's step saves
+                     "decode_ms_per_audio_s": round(worker.stats.step_s * 1e3 / audio, 1)
                      if audio and worker is not None else None})
         if progress:
             progress.advance(task)

@@ -153,7 +153,8 @@ def test_bench_serve_reports_each_session_count(bundles, tmp_path):
     for run in result["runs"]:  # every session of every run spoke, and was timed as a listener would time it
         assert run["errors"] == 0 and 0 < run["first_audible_ms_p50"] <= run["first_audible_ms_p95"]
         assert run["rtf"] > 0 and run["cpu_s_per_audio_s"] > 0 and run["underruns"] >= 0
-        assert run["render_ms_per_audio_s"] > 0  # the worker rendered what was heard
+        assert run["render_ms_per_audio_s"] > 0 and run["decode_ms_per_audio_s"] > 0  # the worker decoded and
+        # rendered what was heard
     from agent.bench.plots import plot_serve
     from tests.agent.test_say import assert_a_drawn_png
 

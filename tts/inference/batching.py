@@ -98,6 +98,7 @@ class BatchStats:
     overlapped_renders: int = 0  # renders its stream decoded on beside (`RenderRequest.overlap`)
     render_s: float = 0.0  # time spent rendering (on the render thread where there is one): what a server's renders
     # cost, read beside the audio it served (`s5 bench serve`)
+    step_s: float = 0.0  # time spent in decoder passes, read the same way
 
 
 class StreamWorker:
@@ -295,6 +296,7 @@ class StreamWorker:
             if not call.request.state.guided:
                 by_model.setdefault(id(call.request.state.model), []).append(call)
         outputs = {}
+        started = time.perf_counter()
         try:
             for calls in by_model.values():
                 rows = decode_steps([c.request.state for c in calls], [c.request.codes for c in calls],
@@ -309,6 +311,7 @@ class StreamWorker:
                 if call not in outputs:
                     call.steps.close()
                     call.future.set_exception(error)
+        self.stats.step_s += time.perf_counter() - started
         return outputs
 
     def _encode(self, calls: list[_Call]) -> BaseException | None:
