@@ -7,9 +7,10 @@ text has ended changes nothing already computed) and the slots whose horizon lie
 queued (`queue_words`, `queue_end`) and run later, the queued words of many encoders in one pass (`encode_many`:
 a server's streams), each encoder's slots those it makes alone.
 
-DecoderState holds the self-attention KV cache and the cross-attention keys/values of the slots received so far;
-`decode_step` runs new frames with the word A(s) each one belongs to, and returns the newest steps'
-cross-attention over tokens for word-completion detection. With `guided`, the state carries a second batch row
+DecoderState holds the self-attention KV cache and the cross-attention keys/values of the slots received so far
+(and those the current word reads, gathered once per word: `visible_memory`); `decode_step` runs new frames with
+the word A(s) each one belongs to, and returns the newest steps' cross-attention over tokens for word-completion
+detection. With `guided`, the state carries a second batch row
 that reads the model's null state in every slot (classifier-free guidance): both rows run in one pass, fed the
 same frames.
 """
@@ -266,8 +267,9 @@ class DecoderState:
     def visible_memory(self, word: int) -> "VisibleMemory":
         """The cross-attention keys/values a step of `word` (its A(s)) may read: one horizon version of each token
         up to word + k, the True entries of `cross_slot_mask`, gathered once per word and per new slots. A step then
-        attends to them unmasked: it reads a third of the slots or fewer, where the mask read them all and built
-        itself every step. No slot visible (only before any text) reads them all, as `additive_mask` does."""
+        attends to them unmasked: it reads one slot in k + 1 or fewer (a third for S5), where the mask read them
+        all and was built every step. With no slot visible (only before any text) it reads them all, as
+        `additive_mask` does."""
         if self._visible is None or self._visible.word != word:
             c = self.model.config
             visible = cross_slot_mask(self.slot_words, self.slot_versions, torch.tensor([word]), c.lookahead_words)[0]
@@ -386,7 +388,8 @@ def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], st
     outputs = []
     for b, (s, memory) in enumerate(zip(states, memories)):
         s.position += 1
-        outputs.append(StepOutput(logits[b], hidden[b], _token_attention(s, memory.tokens, torch.stack(attention[b]).mean(0))))
+        token_attention = _token_attention(s, memory.tokens, torch.stack(attention[b]).mean(0))
+        outputs.append(StepOutput(logits[b], hidden[b], token_attention))
     return outputs
 
 
