@@ -240,6 +240,15 @@ def _spans(sizes: list[int]) -> list[tuple[int, int]]:
     return [(end - size, end) for size, end in zip(sizes, accumulate(sizes))]
 
 
+@dataclass
+class VisibleMemory:
+    """The memory slots one decoder step reads (`DecoderState.visible_memory`)."""
+    word: int  # A(s) of the steps that read them
+    keys: list[torch.Tensor]  # per decoder layer (rows, nh, V, hs)
+    values: list[torch.Tensor]
+    tokens: torch.Tensor  # (V,) the token of each slot
+
+
 class DecoderState:
     """Per-utterance decoder state: self-attention KV caches and the cross-attention memory slots (row 0: the
     text; row 1 with `guided`: the null state in every slot)."""
@@ -264,7 +273,7 @@ class DecoderState:
     def add_slots(self, update: SlotUpdate | None) -> None:
         add_slots_many([self], [update])
 
-    def visible_memory(self, word: int) -> "VisibleMemory":
+    def visible_memory(self, word: int) -> VisibleMemory:
         """The cross-attention keys/values a step of `word` (its A(s)) may read: one horizon version of each token
         up to word + k, the True entries of `cross_slot_mask`, gathered once per word and per new slots. A step then
         attends to them unmasked: it reads one slot in k + 1 or fewer (a third for S5), where the mask read them
@@ -277,15 +286,6 @@ class DecoderState:
             self._visible = VisibleMemory(word, [k.index_select(2, index) for k in self.cross_k],
                                           [v.index_select(2, index) for v in self.cross_v], self.slot_tokens[index])
         return self._visible
-
-
-@dataclass
-class VisibleMemory:
-    """The memory slots one decoder step reads (`DecoderState.visible_memory`)."""
-    word: int  # A(s) of the steps that read them
-    keys: list[torch.Tensor]  # per decoder layer (rows, nh, V, hs)
-    values: list[torch.Tensor]
-    tokens: torch.Tensor  # (V,) the token of each slot
 
 
 @torch.inference_mode()
