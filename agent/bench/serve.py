@@ -9,7 +9,8 @@ By default every client asks for the same sentences in the same order and all st
 open every stream together (16 at 16 sessions), the worst case for the first sound; later ones drift apart, as each
 client asks for its next sentence once the last one's audio has all arrived. With `spread` client i
 starts at sentence i of the list, `i / n` of `SPREAD_S` after the first, so openings come as independent clients'
-would (`client_plans`)."""
+would (`client_plans`). Beside what the clients hear, each run reports what the server's worker spent (decoder
+passes and renders per second of audio) and where the engine's side of the first sounds went (`opening_ms`)."""
 from __future__ import annotations
 
 import asyncio
@@ -40,6 +41,30 @@ def client_plans(sentences: list[str], n: int, spread: bool) -> list[tuple[float
 
 class _Retry(Exception):
     pass
+
+
+class _KeptResults:
+    """A server's metrics that also keep every finished request's `SpeechResult` (the bench's own server only): the
+    engine's side of each first sound (`SpeechResult.opening_ms`)."""
+
+    def __init__(self, metrics):
+        self.metrics, self.results = metrics, []
+
+    def speech(self, result) -> None:
+        self.results.append(result)
+        self.metrics.speech(result)
+
+    def __getattr__(self, name: str):
+        return getattr(self.metrics, name)
+
+
+def opening_parts(results: list) -> dict[str, list[float]]:
+    """p50 and p95 (ms) of each part of the requests' first sounds (`SpeechResult.opening_ms`), where any spoke."""
+    parts = [result.opening_ms for result in results if result.opening_ms is not None]
+    if not parts:
+        return {}
+    return {part: [round(pct([p[part] for p in parts], 50), 1), round(pct([p[part] for p in parts], 95), 1)]
+            for part in parts[0]}
 
 
 async def _speak(session, url: str, text: str, model: str, headers: dict | None) -> ClockSink | None:
@@ -135,6 +160,8 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
         base = url.rstrip("/") if url else str(server.make_url("")).rstrip("/")
         quiet = await _idle_connections(base, idle)
         worker = server.app[SERVICE].worker if server is not None else None
+        if server is not None:
+            kept = server.app[SERVICE].metrics = _KeptResults(server.app[SERVICE].metrics)
         cpu_started = time.process_time()
         try:
             async with ClientSession() as session:
@@ -162,7 +189,9 @@ async def bench_serve(bundles: dict[str, TTSBundle] | None, sentences: list[str]
                      if audio and worker is not None else None,
                      # the worker's decoder passes, the same way: what a change to the decoder's step saves
                      "decode_ms_per_audio_s": round(worker.stats.step_s * 1e3 / audio, 1)
-                     if audio and worker is not None else None})
+                     if audio and worker is not None else None,
+                     # where the engine's side of the first sounds went, part by part: [p50, p95] ms each
+                     "opening_ms": opening_parts(kept.results) if server is not None else None})
         if progress:
             progress.advance(task)
     clean = [r["sessions"] for r in runs if r["underruns"] == 0 and r["errors"] == 0]

@@ -105,4 +105,4 @@ def test_bench_serve_measures_a_running_server(server):
     for run in result["runs"]:
         assert run["errors"] == 0 and 0 < run["first_audible_ms_p50"] <= run["first_audible_ms_p95"]
         assert run["cpu_s_per_audio_s"] is None and run["render_ms_per_audio_s"] is None  # not this process's
-        assert run["decode_ms_per_audio_s"] is None
+        assert run["decode_ms_per_audio_s"] is None and run["opening_ms"] is None

@@ -155,6 +155,8 @@ def test_bench_serve_reports_each_session_count(bundles, tmp_path):
         assert run["rtf"] > 0 and run["cpu_s_per_audio_s"] > 0 and run["underruns"] >= 0
         assert run["render_ms_per_audio_s"] > 0 and run["decode_ms_per_audio_s"] > 0  # the worker decoded and
         # rendered what was heard
+        assert list(run["opening_ms"]) == ["to_first_frame", "decoding", "rendering", "to_chunk"]
+        assert all(0 <= p50 <= p95 for p50, p95 in run["opening_ms"].values())
     from agent.bench.plots import plot_serve
     from tests.agent.test_say import assert_a_drawn_png
 

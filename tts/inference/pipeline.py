@@ -76,6 +76,20 @@ class SpeechResult:
         return (t.first_chunk_ns - t.start_allowed_ns) / 1e6
 
     @property
+    def opening_ms(self) -> dict[str, float] | None:
+        """Where the first sound's time went (ms), part by part: from the first word's arrival to the first decoded
+        frame (the words' encoding and the wait for the decoder), the decoding of the frames the first sound needs,
+        their render (with a wait for the render thread, among other streams), and the first chunk leaving the
+        engine. None where the utterance sent no sound."""
+        t = self.times
+        marks = (t.first_word_ns, t.first_codec_frame_ns, t.first_render_asked_ns, t.first_render_done_ns,
+                 t.first_chunk_ns)
+        if any(mark is None for mark in marks):
+            return None
+        parts = ("to_first_frame", "decoding", "rendering", "to_chunk")
+        return {part: (end - start) / 1e6 for part, start, end in zip(parts, marks, marks[1:])}
+
+    @property
     def rtf(self) -> float | None:
         return self.times.compute_ns / 1e9 / self.audio_s if self.audio_s else None
 

@@ -217,7 +217,9 @@ class StreamSchedule:
     def decode(self, unit: UtteranceSynthesizer, **steps) -> Steps[list]:
         """`unit.steps`, timing a decoder step (after this call's encoding of new words), counting what completed."""
         decoded, started = len(unit.frames), self.clock()
-        completed = yield from unit.steps(**steps)
+        steps = unit.steps(**steps)
+        completed = yield from (steps if self.times.first_codec_frame_ns is not None else
+                                self._stamp_first_frame(unit, steps))
         if len(unit.frames) > decoded:
             self.step_s = (self.clock() - started) / 1e9 / (len(unit.frames) - decoded)
         self._count(unit, completed)
@@ -229,8 +231,23 @@ class StreamSchedule:
         spans = [self.timeline.word_done(c.word, c.codes.shape[1]) for c in completed]
         self._words_done += [(c.word, span[1]) for c, span in zip(completed, spans)]
         self._untimed += [(c.word, span) for c, span in zip(completed, spans)]
-        if self.times.first_codec_frame_ns is None and unit.frames:
-            self.times.first_codec_frame_ns = self.clock()
+
+    def _stamp_first_frame(self, unit: UtteranceSynthesizer, steps: Steps[list]) -> Steps[list]:
+        """`steps` passed through, stamping `first_codec_frame_ns` as the stream's first frame is decoded rather
+        than when the call's steps end (up to `steps_per_work` frames later)."""
+        try:
+            request = next(steps)
+            while True:
+                output = yield request
+                request = steps.send(output)
+                if self.times.first_codec_frame_ns is None and unit.frames:
+                    self.times.first_codec_frame_ns = self.clock()
+        except StopIteration as stop:
+            if self.times.first_codec_frame_ns is None and unit.frames:
+                self.times.first_codec_frame_ns = self.clock()
+            return stop.value
+        finally:
+            steps.close()
 
     def pending(self, unit: UtteranceSynthesizer) -> int:
         """Frames decoded and not yet rendered."""
@@ -261,6 +278,8 @@ class StreamSchedule:
                 hold = Pacer.prebuffer_ns(self.inbox.word_interval_ns(), self.inbox.token_interval_ns())
                 self._play_after_ns = now + hold if hold else None
                 self.times.prebuffer_ms = hold / 1e6
+        if self.times.first_render_asked_ns is None:
+            self.times.first_render_asked_ns = started
         audio = yield RenderRequest(self._codec_stream, codes, stretch, overlap=overlap)
         if isinstance(audio, PendingRender):
             pending = audio
@@ -268,6 +287,8 @@ class StreamSchedule:
             audio = pending.audio if pending.done else (yield pending)
             if isinstance(audio, BaseException):
                 raise audio
+        if self.times.first_render_done_ns is None:
+            self.times.first_render_done_ns = self.clock()
         self.render_s, self.rendered_frames = (self.clock() - started) / 1e9, len(new)
         samples_for = getattr(self._codec_stream, "samples_for", None)
         self.timeline.rendered(len(new), samples_for(len(new), stretch) if samples_for

@@ -140,6 +140,8 @@ class UtteranceTimes:
     end_ns: int | None = None
     start_allowed_ns: int | None = None  # s5: word k+1 arrived (or the end); t5: end; sentence: first sentence in
     first_codec_frame_ns: int | None = None
+    first_render_asked_ns: int | None = None  # the first sound's frames went to be rendered
+    first_render_done_ns: int | None = None  # and came back as audio
     first_chunk_ns: int | None = None  # the first chunk with audio left the engine
     last_chunk_ns: int | None = None
     audio_s: float = 0.0  # audio sent so far

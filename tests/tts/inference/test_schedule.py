@@ -181,6 +181,33 @@ def test_among_other_streams_words_are_rendered_together_once_the_player_is_well
     assert torch.equal(*codes)
 
 
+
+def test_the_first_frame_is_stamped_as_it_is_decoded_not_when_the_call_ends(tiny_bundle):
+    """`UtteranceTimes.first_codec_frame_ns` (a turn record's stamp, `SpeechResult.opening_ms`) marks the first
+    frame's step, though the call goes on decoding (among other streams, up to `steps_per_work` frames a call)."""
+    from tts.inference.synthesis import StepRequest
+    from tts.model.incremental import decode_step
+
+    schedule = shared_schedule(tiny_bundle(2), "I am so glad to see you here today.".split())
+    steps_sent = []  # the clock as each step's output goes back to the call
+
+    def run(work):
+        try:
+            request = next(work)
+            while True:
+                if isinstance(request, StepRequest):
+                    output = decode_step(request.state, request.codes, request.words)
+                    steps_sent.append(schedule.clock.now)
+                else:
+                    output = request.run()
+                request = work.send(output)
+        except StopIteration as stop:
+            return stop.value
+
+    run(schedule.work_steps())
+    assert len(steps_sent) >= 3
+    assert steps_sent[0] < schedule.times.first_codec_frame_ns <= steps_sent[1]
+
 def test_among_other_streams_one_render_voices_the_opening(tiny_bundle, monkeypatch):
     """Among other streams, words short of a first chunk (`shared_first_chunk_s`) are not rendered one by one before
     the first sound: the stream decodes on, and one render voices the whole first chunk, which leaves with it."""

@@ -46,6 +46,18 @@ def test_s5_speaks_only_after_the_lookahead_words(tiny_bundle):
     assert times.words == len(WORDS) and times.frames == sum(c.frames for c in chunks)
 
 
+
+def test_the_first_sounds_parts_follow_one_another_and_add_up_to_its_first_chunk(tiny_bundle):
+    """`SpeechResult.opening_ms`: the first word's arrival, the first decoded frame, its render asked and back, the
+    first chunk: each part starts where the last ended, so they add up to the first chunk's time."""
+    speech = run(speak(tiny_bundle(2), WORDS, "s5", words_per_second=40, config=synth_config()))
+    parts, t = speech.opening_ms, speech.times
+    assert list(parts) == ["to_first_frame", "decoding", "rendering", "to_chunk"]
+    assert all(ms >= 0 for ms in parts.values())
+    assert parts["to_first_frame"] >= (t.word_arrivals_ns[2] - t.word_arrivals_ns[0]) / 1e6  # s5 waits for word 3
+    assert sum(parts.values()) == pytest.approx((t.first_chunk_ns - t.first_word_ns) / 1e6)
+    assert t.first_codec_frame_ns <= t.first_render_asked_ns <= t.first_render_done_ns <= t.first_chunk_ns
+
 def test_t5_waits_for_the_end_and_emits_every_n_steps(tiny_bundle):
     chunks, times = run(synthesize_words(tiny_bundle(None), WORDS, "t5", words_per_second=40, config=synth_config(), emit_every=7))
     assert all(c.created_ns >= times.end_ns for c in chunks)
