@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 import torch
+import torch.nn.functional as F
 
 from tts.model.batch import TEXT_BOS, TEXT_EOS
 from tts.model.layers import KVCache, sinusoidal_positions
@@ -370,18 +371,23 @@ def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], st
         h = layer.norm_self(x)
         k, v = layer.self_attn.project_kv(h)  # (B, nh, 1, hs)
         q = layer.self_attn.project_q(h)
-        heads = [layer.self_attn.attend_heads(q[b : b + 1], *s.caches[i].extend(k[b : b + 1], v[b : b + 1]), None)[0]
-                 for b, s in enumerate(states)]  # one new step sees every cached one
-        x = x + layer.self_attn.out(torch.cat(heads))
+        # per stream: one new step sees every cached one (`attend_heads` unmasked, its heads joined once for all)
+        heads = [F.scaled_dot_product_attention(q_b, *s.caches[i].extend(k_b, v_b))
+                 for s, q_b, k_b, v_b in zip(states, q.split(1), k.split(1), v.split(1))]  # (1, nh, 1, hs) each
+        x = x + layer.self_attn.out(_joined(heads))
         q = layer.cross_attn.project_q(layer.norm_cross(x))
-        heads = []
-        for b, memory in enumerate(memories):
-            y, scores = layer.cross_attn.attend_heads(q[b : b + 1], memory.keys[i], memory.values[i], None,
-                                                      return_scores=aligned)
-            heads.append(y)
-            if aligned:
+        if aligned:  # the alignment layers' scores are read too
+            heads = []
+            for b, (q_b, memory) in enumerate(zip(q.split(1), memories)):
+                y, scores = layer.cross_attn.attend_heads(q_b, memory.keys[i], memory.values[i], None,
+                                                          return_scores=True)
+                heads.append(y)
                 attention[b].append(scores[0].softmax(-1).mean(0))  # (1, V_b)
-        x = x + layer.cross_attn.out(torch.cat(heads))
+            x = x + layer.cross_attn.out(torch.cat(heads))
+        else:
+            heads = [F.scaled_dot_product_attention(q_b, memory.keys[i], memory.values[i])
+                     for q_b, memory in zip(q.split(1), memories)]
+            x = x + layer.cross_attn.out(_joined(heads))
         x = x + layer.ffn(layer.norm_ffn(x))
     hidden = model.decoder_norm(x)  # (B, 1, C)
     logits = model.heads(hidden).view(B, 1, K, c.code_vocab_size)
@@ -391,6 +397,12 @@ def decode_steps(states: list[DecoderState], input_codes: list[torch.Tensor], st
         token_attention = _token_attention(s, memory.tokens, torch.stack(attention[b]).mean(0))
         outputs.append(StepOutput(logits[b], hidden[b], token_attention))
     return outputs
+
+
+def _joined(heads: list[torch.Tensor]) -> torch.Tensor:
+    """B x (1, nh, 1, hs) one step's attention outputs per stream -> (B, 1, C), the heads side by side."""
+    y = torch.cat(heads)
+    return y.transpose(1, 2).reshape(len(heads), 1, -1)
 
 
 def _token_attention(state: DecoderState, slot_tokens: torch.Tensor, slot_attention: torch.Tensor) -> torch.Tensor:
