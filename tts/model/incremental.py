@@ -278,14 +278,17 @@ class DecoderState:
         """The cross-attention keys/values a step of `word` (its A(s)) may read: one horizon version of each token
         up to word + k, the True entries of `cross_slot_mask`, gathered once per word and per new slots. A step then
         attends to them unmasked: it reads one slot in k + 1 or fewer (a third for S5), where the mask read them
-        all and was built every step. With no slot visible (only before any text) it reads them all, as
-        `additive_mask` does."""
+        all and was built every step."""
         if self._visible is None or self._visible.word != word:
             c = self.model.config
             visible = cross_slot_mask(self.slot_words, self.slot_versions, torch.tensor([word]), c.lookahead_words)[0]
-            index = visible.nonzero()[:, 0] if visible.any() else torch.arange(len(visible))
-            self._visible = VisibleMemory(word, [k.index_select(2, index) for k in self.cross_k],
-                                          [v.index_select(2, index) for v in self.cross_v], self.slot_tokens[index])
+            if visible.all() or not visible.any():  # every slot (full context, T5), or none yet: it reads them
+                # all (as `additive_mask` does where nothing is visible), so nothing is gathered
+                self._visible = VisibleMemory(word, list(self.cross_k), list(self.cross_v), self.slot_tokens)
+            else:
+                index = visible.nonzero()[:, 0]
+                self._visible = VisibleMemory(word, [k.index_select(2, index) for k in self.cross_k],
+                                              [v.index_select(2, index) for v in self.cross_v], self.slot_tokens[index])
         return self._visible
 
 
