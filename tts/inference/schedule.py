@@ -217,9 +217,9 @@ class StreamSchedule:
     def decode(self, unit: UtteranceSynthesizer, **steps) -> Steps[list]:
         """`unit.steps`, timing a decoder step (after this call's encoding of new words), counting what completed."""
         decoded, started = len(unit.frames), self.clock()
-        steps = unit.steps(**steps)
-        completed = yield from (steps if self.times.first_codec_frame_ns is not None else
-                                self._stamp_first_frame(unit, steps))
+        work = unit.steps(**steps)
+        completed = yield from (work if self.times.first_codec_frame_ns is not None else
+                                self._stamp_first_frame(unit, work))
         if len(unit.frames) > decoded:
             self.step_s = (self.clock() - started) / 1e9 / (len(unit.frames) - decoded)
         self._count(unit, completed)
