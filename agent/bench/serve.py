@@ -60,11 +60,11 @@ class _KeptResults:
 
 def opening_parts(results: list) -> dict[str, list[float]]:
     """p50 and p95 (ms) of each part of the requests' first sounds (`SpeechResult.opening_ms`), where any spoke."""
-    parts = [result.opening_ms for result in results if result.opening_ms is not None]
+    parts = [opening for opening in (result.opening_ms for result in results) if opening is not None]
     if not parts:
         return {}
-    return {part: [round(pct([p[part] for p in parts], 50), 1), round(pct([p[part] for p in parts], 95), 1)]
-            for part in parts[0]}
+    columns = {part: [p[part] for p in parts] for part in parts[0]}
+    return {part: [round(pct(ms, 50), 1), round(pct(ms, 95), 1)] for part, ms in columns.items()}
 
 
 async def _speak(session, url: str, text: str, model: str, headers: dict | None) -> ClockSink | None:

@@ -10,9 +10,8 @@ a server's streams), each encoder's slots those it makes alone.
 DecoderState holds the self-attention KV cache and the cross-attention keys/values of the slots received so far
 (and those the current word reads, gathered once per word: `visible_memory`); `decode_step` runs new frames with
 the word A(s) each one belongs to, and returns the newest steps' cross-attention over tokens for word-completion
-detection. With `guided`, the state carries a second batch row
-that reads the model's null state in every slot (classifier-free guidance): both rows run in one pass, fed the
-same frames.
+detection. With `guided`, the state carries a second batch row that reads the model's null state in every slot
+(classifier-free guidance): both rows run in one pass, fed the same frames.
 """
 from __future__ import annotations
 
